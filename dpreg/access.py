@@ -1,0 +1,84 @@
+"""Data access modes (privacy rule 3).
+
+* :class:`SinglePass` - each record is used at most once.  Batches are drawn
+  from a seeded random permutation; each batch gets a fresh group id, and the
+  accountant composes disjoint groups in parallel.  ``take`` raises
+  :class:`Exhausted` when too few unused records remain.
+* :class:`Resample` - ERM over many passes: Poisson subsamples (amplified) or
+  the full batch.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .interfaces import Participation
+
+
+class Exhausted(Exception):
+    """Not enough unused records for the requested batch (single pass)."""
+
+
+class SinglePass:
+    """Disjoint batches from a seeded permutation of ``range(n)``."""
+
+    mode = "single-pass"
+
+    def __init__(self, n: int, rng: np.random.Generator):
+        self.n = int(n)
+        self._perm = rng.permutation(self.n).astype(np.int64)
+        self._next = 0
+        self._batches = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.n - self._next
+
+    @property
+    def used(self) -> int:
+        return self._next
+
+    def take(self, b: int) -> tuple[np.ndarray, Participation]:
+        """The next ``b`` unused records (sorted for memory locality) and their
+        disjoint participation; raises Exhausted if fewer than ``b`` remain."""
+        b = int(b)
+        if b < 1:
+            raise ValueError(f"batch size must be >= 1, got {b}")
+        if b > self.remaining:
+            raise Exhausted(f"{b} records requested, {self.remaining} unused")
+        idx = np.sort(self._perm[self._next:self._next + b])
+        self._next += b
+        self._batches += 1
+        return idx, Participation.disjoint(("batch", self._batches))
+
+
+class Resample:
+    """Poisson subsamples or the full batch, any number of times."""
+
+    mode = "resample"
+
+    def __init__(self, n: int, rng: np.random.Generator):
+        self.n = int(n)
+        self.rng = rng
+        self.used = 0  # record-uses, counted for the report
+        self._all = np.arange(self.n, dtype=np.int64)
+
+    def poisson(self, q: float) -> tuple[np.ndarray, Participation]:
+        """Each record independently with probability q (0 < q <= 1)."""
+        if q >= 1.0:
+            return self.full()
+        mask = self.rng.random(self.n) < q
+        idx = np.flatnonzero(mask).astype(np.int64)
+        self.used += len(idx)
+        return idx, Participation.poisson(q)
+
+    def full(self) -> tuple[np.ndarray, Participation]:
+        """All records (no amplification)."""
+        self.used += self.n
+        return self._all, Participation.all()
+
+    def fixed(self, b: int) -> tuple[np.ndarray, Participation]:
+        """A uniformly random subset of size b, sorted; accounted without
+        amplification (participation "all") - use ``poisson`` for amplification."""
+        idx = np.sort(self.rng.choice(self.n, size=int(b), replace=False)).astype(np.int64)
+        self.used += len(idx)
+        return idx, Participation.all()

@@ -1,0 +1,226 @@
+"""The ``dpreg`` command line (click).
+
+User errors (:class:`~dpreg.errors.DpregError`) print one line
+``error: <message>`` on stderr and exit with status 2, with no traceback and
+no output file.  Importing this module imports no numba: ``dpreg --help`` and
+``dpreg list`` stay fast.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+
+from .errors import DpregError
+
+
+def user_errors(f):
+    """Turn DpregError into a one-line message and exit status 2."""
+
+    @functools.wraps(f)
+    def wrapper(*a, **kw):
+        try:
+            return f(*a, **kw)
+        except DpregError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted; no output written", err=True)
+            sys.exit(130)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dpreg")
+def cli():
+    """Differentially private non-convex optimization.
+
+    \b
+    dpreg run                       adaptive-spider + tree noise on breast-cancer
+    dpreg list [KIND] [--json]      registered plugins
+    dpreg info NAME                 parameters and their paper formulas
+    """
+
+
+@cli.command()
+@click.option("--algo", default=None, help="algorithm name (dpreg list algorithm) [default: adaptive-spider]")
+@click.option("--noise", default=None, help="noise mechanism for the running sum (dpreg list noise) [default: tree]")
+@click.option("--loss", default=None, help="loss name [default: logistic]")
+@click.option("--data", default=None, help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz) [default: breast-cancer]")
+@click.option("--test-data", default=None, help="held-out data-set name or file")
+@click.option("--test-fraction", type=float, default=None, help="hold out this fraction (seeded split)")
+@click.option("--epsilon", type=float, default=1.0, show_default=True, help="privacy budget epsilon > 0")
+@click.option("--delta", type=float, default=None, help="privacy budget delta in (0,1) [default: 1/n]")
+@click.option("--accountant", default="rdp", show_default=True, help="accountant name")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="algorithm parameter (repeatable; see dpreg info ALGO)")
+@click.option("--seed", type=int, default=0, show_default=True, help="seed of every random draw")
+@click.option("--alpha", type=float, default=None, help="report whether the output is an alpha-SOSP")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="write the JSON record here")
+@click.option("--json", "as_json", is_flag=True, help="print the whole JSON record on stdout")
+@user_errors
+def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, seed,
+        alpha, out, as_json):
+    """Run one private optimization and report privacy spent and metrics."""
+    from .pipeline import DEFAULTS, RunConfig, run_pipeline
+    from .results import to_json
+
+    cfg = RunConfig(algo=algo or DEFAULTS["algo"], noise=noise, loss=loss or DEFAULTS["loss"],
+                    data=data or DEFAULTS["data"], test_data=test_data, test_fraction=test_fraction,
+                    epsilon=epsilon, delta=delta, accountant=accountant, params=list(params),
+                    seed=seed, alpha=alpha, out=out)
+    progress_cm = _progress(cfg.algo)
+    with progress_cm as cb:
+        cfg.progress = cb
+        record = run_pipeline(cfg)
+    if as_json:
+        click.echo(to_json(record))
+        return
+    _summary(record, out)
+
+
+class _NoProgress:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _RichProgress:
+    def __init__(self, label):
+        self.label = label
+
+    def __enter__(self):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.p = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                          TimeElapsedColumn(), transient=True)
+        self.p.__enter__()
+        self.task = self.p.add_task(self.label, total=None)
+
+        def cb(step, total):
+            self.p.update(self.task, completed=step, total=total)
+
+        return cb
+
+    def __exit__(self, *exc):
+        return self.p.__exit__(*exc)
+
+
+def _progress(label):
+    return _RichProgress(label) if sys.stderr.isatty() else _NoProgress()
+
+
+def _summary(rec, out):
+    c, pr, m, u, t = rec["config"], rec["privacy"], rec["metrics"], rec["usage"], rec["timing"]
+    click.echo(f"{rec['algorithm']['name']} (noise {c['noise'] or '-'}) on {c['data']}: "
+               f"n={rec['problem']['n']} d={rec['problem']['d']} loss={rec['problem']['loss']}")
+    click.echo(f"privacy   epsilon={pr['epsilon_spent']:.4g} of {pr['epsilon_budget']:g}  "
+               f"delta={pr['delta']:.3g}  ({pr['accountant']}, {pr['relation']})")
+    line = f"train     |grad|={m['train_grad_norm']:.4g}  loss={m['train_loss']:.4g}  lambda_min={m['train_lambda_min']:.4g}"
+    if "train_accuracy" in m:
+        line += f"  accuracy={m['train_accuracy']:.4f}"
+    click.echo(line)
+    if "test_grad_norm" in m:
+        line = f"test      |grad|={m['test_grad_norm']:.4g}  loss={m['test_loss']:.4g}"
+        if "test_accuracy" in m:
+            line += f"  accuracy={m['test_accuracy']:.4f}"
+        click.echo(line)
+    if "train_is_alpha_sosp" in m:
+        click.echo(f"alpha-SOSP (alpha={c['alpha']:g}): {m['train_is_alpha_sosp']}")
+    click.echo(f"usage     iterations={u['iterations']} records_used={u['records_used']} "
+               f"gradient_evaluations={u['gradient_evaluations']}")
+    click.echo(f"time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")
+    if out:
+        click.echo(f"record    {out}")
+
+
+@cli.command("list")
+@click.argument("kind", required=False)
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+@user_errors
+def list_(kind, as_json):
+    """List registered plugins: name, kind, providing package and version, summary."""
+    from .registry import KINDS, get_registry
+
+    reg = get_registry()
+    if kind is not None and kind not in KINDS:
+        # accept plurals: "losses", "algorithms"
+        singular = {k + "s": k for k in KINDS} | {"losses": "loss", "noises": "noise"}
+        kind = singular.get(kind, kind)
+    entries = list(reg.entries(kind))
+    if as_json:
+        click.echo(json.dumps([e.as_dict() for e in entries], indent=2))
+        return
+    current = None
+    for e in entries:
+        if e.kind != current:
+            current = e.kind
+            click.echo(f"{e.kind}:")
+        click.echo(f"  {e.name:<28} {e.package} {e.version:<8} {e.summary}")
+
+
+@cli.command()
+@click.argument("name")
+@user_errors
+def info(name):
+    """Describe a plugin: for algorithms, each parameter, its default and formula."""
+    from .errors import UnknownNameError
+    from .registry import get_registry
+
+    reg = get_registry()
+    found = reg.find(name)
+    if not found:
+        every = sorted({e.name for e in reg.entries()})
+        raise UnknownNameError(f"no plugin named {name!r}; registered names: {', '.join(every)}")
+    for e in found:
+        click.echo(f"{e.name} ({e.kind}) from {e.package} {e.version}: {e.summary}")
+        obj = e.obj
+        paper = getattr(obj, "paper", "")
+        if paper:
+            click.echo(f"  paper: {paper}")
+        if e.kind == "algorithm":
+            click.echo(f"  data access: {obj.data_access}; neighbouring relation: {obj.relation}; "
+                       f"takes --noise: {'yes' if obj.uses_noise else 'no'}")
+        if e.kind == "loss":
+            click.echo(f"  labels: {obj.labels}; feasible radius: {obj.radius}")
+            doc = (type(obj).__doc__ or "").strip()
+            for ln in doc.splitlines()[1:]:
+                click.echo(f"  {ln.strip()}")
+        specs = getattr(obj, "params", ())
+        if specs:
+            click.echo("  parameters (--param key=value):")
+            for s in specs:
+                default = "derived" if s.default is None else repr(s.default)
+                click.echo(f"    {s.name} ({s.type}, default {default}): {s.help}")
+                if s.formula:
+                    click.echo(f"        formula: {s.formula}")
+        doc = (getattr(obj, "__doc__", "") or "") if e.kind != "loss" else ""
+        mod = sys.modules.get(getattr(obj, "__module__", ""), None)
+        if e.kind in ("algorithm", "noise") and mod is not None and mod.__doc__:
+            click.echo("  " + "\n  ".join(ln for ln in mod.__doc__.strip().splitlines()))
+
+
+def _load_plugin_commands():
+    try:
+        from .registry import get_registry
+
+        get_registry().pm.hook.dpreg_register_commands(cli=cli)
+    except DpregError as exc:  # a broken plugin must not hide `dpreg --help`
+        click.echo(f"warning: {exc}", err=True)
+
+
+def main(argv=None):
+    _load_plugin_commands()
+    try:
+        return cli.main(args=argv, prog_name="dpreg", standalone_mode=True)
+    except DpregError as exc:  # errors raised while building commands
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

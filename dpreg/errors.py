@@ -1,0 +1,38 @@
+"""Exceptions.  Every error a user can cause is a :class:`DpregError`.
+
+The CLI prints a ``DpregError`` as one line (``error: <message>``) and exits
+with status 2, without a traceback; anything else is a bug and keeps its
+traceback.
+"""
+from __future__ import annotations
+
+
+class DpregError(Exception):
+    """A user-facing error: bad input, unknown name, impossible request."""
+
+
+class UnknownNameError(DpregError, KeyError):
+    """A plugin name that is not registered; the message lists the valid ones."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DuplicateNameError(DpregError):
+    """Two providers registered the same name for one kind."""
+
+
+class DataError(DpregError):
+    """A data file or array that cannot be used (format, NaN/inf, labels, shape)."""
+
+
+class ParameterError(DpregError):
+    """An algorithm or CLI parameter that is malformed or out of range."""
+
+
+class BudgetExceededError(DpregError):
+    """A release would make the accountant's (epsilon, delta) exceed the budget.
+
+    Raised *before* the release happens: nothing noisy has been computed or
+    returned for the refused release.
+    """

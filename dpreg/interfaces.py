@@ -1,0 +1,281 @@
+"""The plugin interfaces: what a loss, oracle, noise mechanism, selector and
+algorithm promise.  Built-in and third-party plugins implement these.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Hashable
+
+import numpy as np
+
+from .params import ParamSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .accounting import Accountant
+    from .problem import Problem
+
+
+# ----------------------------------------------------------------------------- loss
+class LinearModelLoss:
+    """Per-sample loss ``f(w; x, y) = phi(<x, w>, y) + psi(w)``.
+
+    Subclasses set ``phi``, ``dphi`` (d phi / d m) and ``d2phi`` as
+    ``staticmethod`` s of plain, numba-compatible Python functions of two floats
+    ``(m, y)`` defined at module level (they are compiled lazily by
+    :meth:`scalar_kernels` and cached on disk), and override ``psi``,
+    ``psi_grad``, ``psi_hvp`` (numpy, O(d)) when there is a data-independent
+    term.  ``constants(d)`` returns ``(G, M, rho)``: Lipschitz, smoothness and
+    Hessian-Lipschitz constants of ``f(.; z)`` for records with ``|x| <= 1``
+    (and ``|w| <= radius`` when a radius is set).  They are *defaults for
+    clipping bounds*: privacy never depends on them being right, because every
+    sensitivity is enforced by clipping.
+    """
+
+    name: ClassVar[str] = ""
+    #: "binary" (labels in {-1,+1}), "real" (any finite y), "ignored"
+    labels: ClassVar[str] = "binary"
+    #: feasible set: the ball of this radius (None: all of R^d)
+    radius: ClassVar[float | None] = None
+    #: whether sign(<x, w>) predicts the label (accuracy is reported)
+    classifier: ClassVar[bool] = True
+
+    phi: Callable[[float, float], float]
+    dphi: Callable[[float, float], float]
+    d2phi: Callable[[float, float], float]
+
+    def constants(self, d: int) -> tuple[float, float, float]:
+        """(G, M, rho) for |x| <= 1; see class docstring."""
+        raise NotImplementedError
+
+    def psi(self, w: np.ndarray) -> float:
+        return 0.0
+
+    def psi_grad(self, w: np.ndarray) -> np.ndarray:
+        return np.zeros_like(w)
+
+    def psi_hvp(self, w: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return np.zeros_like(v)
+
+    def scalar_kernels(self):
+        """(phi, dphi, d2phi) compiled with the kernels' scalar signature."""
+        cached = getattr(self, "_compiled", None)
+        if cached is None:
+            from dpreg_kernels import compile_scalar
+
+            cached = tuple(compile_scalar(f) for f in (type(self).phi, type(self).dphi, type(self).d2phi))
+            self._compiled = cached
+        return cached
+
+    def describe(self) -> str:
+        return (self.__doc__ or "").strip().splitlines()[0] if self.__doc__ else self.name
+
+
+# ------------------------------------------------------------------- participation
+@dataclass(frozen=True)
+class Participation:
+    """Which records a release may involve, for the accountant.
+
+    kind "all":      any record may be in it (full batch or fixed-size sample
+                     without amplification): charged globally.
+    kind "poisson":  each record independently with probability ``q``:
+                     charged globally with Poisson amplification.
+    kind "disjoint": only the records of batch ``group``, which are used in no
+                     other batch (single pass): charged to that group.
+    """
+
+    kind: str
+    q: float = 1.0
+    group: Hashable | None = None
+
+    @staticmethod
+    def all() -> "Participation":
+        return Participation("all")
+
+    @staticmethod
+    def poisson(q: float) -> "Participation":
+        return Participation("poisson", q=float(q))
+
+    @staticmethod
+    def disjoint(group: Hashable) -> "Participation":
+        return Participation("disjoint", group=group)
+
+
+def charge(accountant: "Accountant", event, participation: Participation, label: str = "") -> float:
+    """Charge ``event`` (the exposure of a record that *is* in the release) to
+    ``accountant`` according to ``participation``; the one place the
+    participation kinds are turned into accounting."""
+    from .accounting import poisson_sampled
+
+    if participation.kind == "all":
+        return accountant.charge(event, None, label=label)
+    if participation.kind == "poisson":
+        return accountant.charge(poisson_sampled(participation.q, event), None, label=label)
+    if participation.kind == "disjoint":
+        return accountant.charge(event, participation.group, label=label)
+    raise ValueError(f"unknown participation kind {participation.kind!r}")
+
+
+# -------------------------------------------------------------------------- oracle
+@dataclass
+class Estimate:
+    """A non-private gradient (difference) estimate and its enforced sensitivity.
+
+    value:        the estimate (a mean over the batch; d-vector)
+    sensitivity:  l2 sensitivity of ``value`` to one record under the
+                  accountant's relation, guaranteed by clipping in the kernel
+    participation: which records it involved
+    batch:        number of records in the batch
+    clipped:      how many per-record terms were clipped
+    """
+
+    value: np.ndarray
+    sensitivity: float
+    participation: Participation
+    batch: int
+    clipped: int = 0
+
+
+class Oracle(ABC):
+    """A gradient estimator on a problem (a loss and its data).
+
+    Constructed as ``OracleClass(problem)``.  ``estimate`` returns an
+    :class:`Estimate` whose sensitivity the kernel enforces by clipping.
+    Oracles add no noise: noise is the mechanism's job.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def __init__(self, problem: "Problem"):
+        self.problem = problem
+
+    @abstractmethod
+    def estimate(self, *args: Any, **kwargs: Any) -> Estimate: ...
+
+
+# --------------------------------------------------------------------------- noise
+class NoiseMechanism(ABC):
+    """A private continual-release mechanism for a running sum.
+
+    The algorithm adds increments ``v_1, v_2, ...`` (each a d-vector with a
+    known l2 sensitivity ``s_t`` and :class:`Participation`); after each ``add``
+    the mechanism returns a noisy release of the prefix sum ``v_1 + ... + v_t``.
+    Noise is calibrated by the noise multiplier ``z``: every Gaussian the
+    mechanism releases has standard deviation ``z`` times the sensitivity of
+    what it covers.  ``add`` charges the accountant *before* it computes the
+    release.  ``reset`` starts a new sum (a new phase).
+
+    Constructed as ``Mechanism(dim=d, noise_multiplier=z, horizon=T,
+    accountant=acc, seed=s)``; ``horizon`` bounds the number of adds between
+    resets (the tree mechanism's depth depends on it).  Noise comes from a
+    numpy ``Generator`` seeded by ``seed`` and is drawn in Python, never in a
+    parallel kernel.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+
+    def __init__(self, *, dim: int, noise_multiplier: float, horizon: int,
+                 accountant: "Accountant", seed: int | np.random.SeedSequence):
+        if noise_multiplier <= 0 or not np.isfinite(noise_multiplier):
+            raise ValueError(f"noise multiplier must be > 0, got {noise_multiplier}")
+        if horizon < 1:
+            raise ValueError(f"horizon must be >= 1, got {horizon}")
+        self.dim = int(dim)
+        self.z = float(noise_multiplier)
+        self.horizon = int(horizon)
+        self.accountant = accountant
+        self.seed = seed
+        self.phase = -1
+        self.steps = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new running sum (next phase)."""
+        self.phase += 1
+        self.steps = 0
+
+    @abstractmethod
+    def add(self, increment: np.ndarray, sensitivity: float,
+            participation: Participation) -> np.ndarray:
+        """Add one increment; return the noisy prefix sum since the last reset."""
+
+    @classmethod
+    @abstractmethod
+    def record_event(cls, noise_multiplier: float, horizon: int, participation_kind: str,
+                     steps: int):
+        """Worst-case exposure of one record over ``steps`` adds of one phase of
+        horizon ``horizon``, for calibration: with participation ``"disjoint"``
+        the record is in exactly one add; otherwise it may be in every add
+        (``"poisson"`` callers wrap the per-add event themselves via
+        :meth:`add_event`)."""
+
+    @classmethod
+    def noise_std_per_step(cls, noise_multiplier: float, sensitivity: float, t: int) -> float:
+        """Std of one coordinate of the noise in the prefix sum at step t (1-based),
+        when every add has the given sensitivity (for diagnostics and tests)."""
+        raise NotImplementedError
+
+
+# ------------------------------------------------------------------------ selector
+class Selector(ABC):
+    """A private choice among finitely many candidates (see the selector plugins)."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    params: ClassVar[tuple[ParamSpec, ...]] = ()
+
+
+# ----------------------------------------------------------------------- algorithm
+@dataclass
+class RunOutput:
+    """What an algorithm returns; evaluation metrics are computed afterwards."""
+
+    w: np.ndarray
+    iterations: int
+    records_used: int
+    gradient_evaluations: int
+    trajectory: dict[str, list] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class Algorithm(ABC):
+    """An outer loop.  Subclasses declare ``params`` (documented
+    :class:`ParamSpec` s), ``paper`` (file and algorithm number it implements),
+    ``uses_noise`` (whether ``--noise`` selects its running-sum mechanism) and
+    ``data_access`` ("single-pass" or "resample").
+
+    Constructed as ``Algo(problem, params, noise=NoiseClass, accountant=acc,
+    seed=s, progress=callback)``; :meth:`run` returns a :class:`RunOutput`.
+    Every noisy release goes through the accountant; ``run`` must call
+    ``progress(step, total)`` now and then.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    params: ClassVar[tuple[ParamSpec, ...]] = ()
+    uses_noise: ClassVar[bool] = False
+    data_access: ClassVar[str] = "resample"
+    #: neighbouring relation the algorithm's accounting is stated in
+    relation: ClassVar[str] = "replace-one"
+
+    def __init__(self, problem: "Problem", params: dict[str, Any], *, noise: type[NoiseMechanism] | None,
+                 accountant: "Accountant", seed: int, progress: Callable[[int, int], None] | None = None):
+        self.problem = problem
+        self.p = dict(params)
+        self.noise = noise
+        self.accountant = accountant
+        self.seed = int(seed)
+        self.seeds = np.random.SeedSequence(self.seed)
+        self.progress = progress or (lambda step, total: None)
+
+    def rng(self, stream: str) -> np.random.Generator:
+        """A Generator for a named stream, derived from the run seed (the same
+        stream name always gives the same numbers for the same seed)."""
+        key = [self.seed] + [ord(c) for c in stream]
+        return np.random.default_rng(np.random.SeedSequence(key))
+
+    @abstractmethod
+    def run(self) -> RunOutput: ...

@@ -1,0 +1,56 @@
+"""Evaluation metrics, computed after a run on the returned point (privacy
+rule 5: they are not private and never feed back into a run).
+
+lambda_min of the Hessian: dense eigvalsh for d <= DENSE_MAX_D, otherwise
+Lanczos (scipy ``eigsh``, which='SA') on the Hessian-vector-product kernel, so
+no d x d matrix (or n x d temporary) is formed for large d.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+DENSE_MAX_D = 300
+
+
+def lambda_min(problem, w) -> float:
+    """Smallest eigenvalue of the empirical Hessian at w."""
+    if problem.d <= DENSE_MAX_D:
+        return float(np.linalg.eigvalsh(problem.hessian(w))[0])
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    op = LinearOperator((problem.d, problem.d), matvec=lambda v: problem.hvp(w, np.ravel(v)), dtype=float)
+    vals = eigsh(op, k=1, which="SA", tol=1e-6, maxiter=20 * problem.d,
+                 v0=np.ones(problem.d) / math.sqrt(problem.d), return_eigenvectors=False)
+    return float(vals[0])
+
+
+def accuracy(problem, w) -> float:
+    """Fraction of records with sign(<x, w>) == y (ties count as wrong)."""
+    m = problem.X @ w
+    return float(np.mean(np.sign(m) == problem.y))
+
+
+def evaluate(problem, w, *, alpha: float | None = None, prefix: str = "train") -> dict:
+    """Gradient norm, lambda_min, loss and (for classifiers) accuracy at w, and
+    whether w is an alpha-SOSP: |grad| <= alpha and lambda_min >= -sqrt(rho alpha)."""
+    g = problem.gradient(w)
+    out = {
+        f"{prefix}_grad_norm": float(np.linalg.norm(g)),
+        f"{prefix}_loss": float(problem.value(w)),
+        f"{prefix}_lambda_min": lambda_min(problem, w),
+    }
+    if problem.loss.classifier:
+        out[f"{prefix}_accuracy"] = accuracy(problem, w)
+    if alpha is not None:
+        rho = problem.constants()[2]
+        out[f"{prefix}_is_alpha_sosp"] = bool(
+            out[f"{prefix}_grad_norm"] <= alpha and out[f"{prefix}_lambda_min"] >= -math.sqrt(rho * alpha))
+    return out
+
+
+def trajectory_grad_norms(problem, steps, iterates) -> dict:
+    """True gradient norm at the recorded checkpoints (evaluation only)."""
+    return {"steps": [int(s) for s in steps],
+            "grad_norm": [float(np.linalg.norm(problem.gradient(w))) for w in iterates]}

@@ -1,0 +1,111 @@
+"""A problem: a loss on a data set, with the compiled kernels bound to it.
+
+:class:`Problem` is what oracles and algorithms receive.  Its clipped sums are
+the only way algorithms touch the data; its exact quantities (``value``,
+``gradient``, ``hvp``, ``hessian``) are for evaluation after a run and for
+tests - non-private, never fed back into a private run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from .interfaces import LinearModelLoss
+
+
+@dataclass
+class Problem:
+    """``loss`` on records ``(X[i], y[i])``; rows of X have norm <= 1."""
+
+    loss: LinearModelLoss
+    X: np.ndarray
+    y: np.ndarray
+    name: str = ""
+    _rows: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self):
+        self.X = np.ascontiguousarray(self.X, dtype=np.float64)
+        self.y = np.ascontiguousarray(self.y, dtype=np.float64)
+        self.n, self.d = self.X.shape
+
+    # --------------------------------------------------------------- compiled bits
+    @cached_property
+    def _k(self):
+        import dpreg_kernels.linear_model as k  # lazy: compiles or loads cache
+
+        return k
+
+    @cached_property
+    def _scalars(self):
+        return self.loss.scalar_kernels()
+
+    @property
+    def all_rows(self) -> np.ndarray:
+        """``arange(n)`` as int64 (the full batch)."""
+        if self._rows is None:
+            self._rows = np.arange(self.n, dtype=np.int64)
+        return self._rows
+
+    def constants(self) -> tuple[float, float, float]:
+        """The loss's declared (G, M, rho) for this dimension."""
+        return self.loss.constants(self.d)
+
+    def _idx(self, idx):
+        if idx is None:
+            return self.all_rows
+        return np.ascontiguousarray(idx, dtype=np.int64)
+
+    # ------------------------------------------------------ clipped (private) sums
+    def clipped_grad_sum(self, w: np.ndarray, idx: np.ndarray | None, clip: float):
+        """(sum over idx of per-record gradients each clipped to norm ``clip``, n_clipped)."""
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        r = np.ascontiguousarray(self.loss.psi_grad(w), dtype=np.float64)
+        return self._k.clipped_grad_sum(self.X, self.y, self._idx(idx), w, r, self._scalars[1], float(clip))
+
+    def clipped_diff_sum(self, w: np.ndarray, w_prev: np.ndarray, idx: np.ndarray | None, clip: float):
+        """(sum over idx of per-record gradient differences grad f(w) - grad f(w_prev),
+        each clipped to norm ``clip``, n_clipped)."""
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        wp = np.ascontiguousarray(w_prev, dtype=np.float64)
+        r = np.ascontiguousarray(self.loss.psi_grad(w), dtype=np.float64)
+        rp = np.ascontiguousarray(self.loss.psi_grad(wp), dtype=np.float64)
+        return self._k.clipped_diff_sum(self.X, self.y, self._idx(idx), w, wp, r, rp,
+                                        self._scalars[1], float(clip))
+
+    # ------------------------------------------------- exact (evaluation) quantities
+    def value(self, w: np.ndarray, idx: np.ndarray | None = None) -> float:
+        """Empirical loss: mean over rows of f(w; z_i)."""
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        ix = self._idx(idx)
+        return self._k.phi_sum(self.X, self.y, ix, w, self._scalars[0]) / len(ix) + self.loss.psi(w)
+
+    def gradient(self, w: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
+        """Exact empirical gradient (mean over rows), unclipped."""
+        s, _ = self.clipped_grad_sum(w, idx, np.inf)
+        return s / len(self._idx(idx))
+
+    def hvp(self, w: np.ndarray, v: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
+        """Exact empirical Hessian-vector product."""
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        ix = self._idx(idx)
+        return self._k.hvp_sum(self.X, self.y, ix, w, v, self._scalars[2]) / len(ix) + self.loss.psi_hvp(w, v)
+
+    def hessian(self, w: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
+        """Exact dense empirical Hessian (use for small d only)."""
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        ix = self._idx(idx)
+        H = self._k.hessian_sum(self.X, self.y, ix, w, self._scalars[2]) / len(ix)
+        eye = np.eye(self.d)
+        H += np.stack([self.loss.psi_hvp(w, eye[j]) for j in range(self.d)], axis=1)
+        return 0.5 * (H + H.T)
+
+    def project(self, w: np.ndarray) -> np.ndarray:
+        """Projection onto the loss's feasible ball (identity without a radius)."""
+        R = self.loss.radius
+        if R is None:
+            return w
+        nrm = float(np.linalg.norm(w))
+        return w if nrm <= R else w * (R / nrm)

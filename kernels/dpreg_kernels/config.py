@@ -1,0 +1,42 @@
+"""Compiler flags for every kernel, in one place.
+
+``jit_parallel`` and ``jit_serial`` turn one undecorated Python function into the
+parallel (``prange`` over row chunks) and serial variants.  Kernels are compiled
+eagerly from explicit signatures with ``cache=True`` so a second process loads
+them from numba's on-disk cache instead of recompiling.
+
+Environment:
+  DPREG_FASTMATH=0   disable fastmath (default on: the inner dot products only
+                     vectorize with reassociation allowed).
+"""
+from __future__ import annotations
+
+import os
+
+import numba
+
+FASTMATH: bool = os.environ.get("DPREG_FASTMATH", "1") != "0"
+CACHE: bool = True
+
+#: Rows are split into at most this many fixed chunks.  The split does not depend
+#: on the thread count, and partial sums are combined serially in chunk order, so
+#: a kernel returns bit-identical results for any NUMBA_NUM_THREADS.
+MAX_CHUNKS: int = 64
+#: Chunks are never smaller than this many rows (small batches stay in one chunk
+#: per few threads instead of paying scheduling overhead).
+MIN_CHUNK_ROWS: int = 256
+
+
+def jit_parallel(signature):
+    """Decorator: eager, cached, parallel njit with the project's flags."""
+    return numba.njit(signature, parallel=True, fastmath=FASTMATH, cache=CACHE, nogil=True)
+
+
+def jit_serial(signature):
+    """Decorator: eager, cached, serial njit with the project's flags."""
+    return numba.njit(signature, parallel=False, fastmath=FASTMATH, cache=CACHE, nogil=True)
+
+
+def jit_scalar(signature):
+    """Decorator for small scalar helpers (loss derivatives): cached, inlinable."""
+    return numba.njit(signature, fastmath=FASTMATH, cache=CACHE)

@@ -1,0 +1,86 @@
+"""Built-in data sources.
+
+* ``breast-cancer``: scikit-learn's bundled Wisconsin breast-cancer file (569 x 30),
+  features passed through the fixed map log1p (all are non-negative) so no
+  single column dominates the per-record unit-ball scaling; labels malignant=-1,
+  benign=+1.  Nothing is estimated from the data.
+* ``synthetic-logistic``: Gaussian features, labels from a planted logistic model
+  (options n, d, noise).
+* ``synthetic-covtype``: the shape of Covertype (581,012 x 54) with the same
+  planted model - the papers' large data set, which is not available offline.
+* ``lowy-synthetic``: x uniform in the unit ball of R^d, n = d = 100 (warm-start
+  paper, section 9); a fresh test set of the same size.
+* ``phase-retrieval``: y = <x, w*>^2 with x uniform on the unit sphere
+  (options n, d), for the strict-saddle loss ``phase-retrieval``.
+
+Synthetic names take options: ``synthetic-logistic:n=5000,d=10``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from dpreg import hookimpl
+from dpreg.data import DatasetSource
+
+
+def _breast_cancer(seed):
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    return np.log1p(X), np.where(y == 1, 1.0, -1.0)
+
+
+def _planted_logistic(n, d, seed, noise=1.0, stream=0):
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0xDA7A, stream]))
+    w_star = np.random.default_rng(np.random.SeedSequence([seed, 0xBEEF])).standard_normal(d)
+    w_star *= 3.0 / np.linalg.norm(w_star)
+    X = rng.standard_normal((n, d)) / np.sqrt(d)
+    p = 1.0 / (1.0 + np.exp(-(X @ w_star) / max(noise, 1e-12)))
+    y = np.where(rng.random(n) < p, 1.0, -1.0)
+    return X, y
+
+
+def _ball(n, d, rng):
+    g = rng.standard_normal((n, d))
+    g /= np.linalg.norm(g, axis=1, keepdims=True)
+    return g * rng.random(n)[:, None] ** (1.0 / d)
+
+
+def _lowy(n, d, seed, stream):
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x10E1, stream]))
+    return _ball(n, d, rng), np.zeros(n)
+
+
+def _phase(n, d, seed, stream):
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9A5E, stream]))
+    w_star = np.zeros(d)
+    w_star[0] = 1.0
+    X = rng.standard_normal((n, d))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    return X, (X @ w_star) ** 2
+
+
+SOURCES = {
+    "breast-cancer": lambda **o: DatasetSource(_breast_cancer, "Wisconsin breast cancer, 569 x 30 (bundled with scikit-learn)"),
+    "synthetic-logistic": lambda n=10000, d=20, noise=1.0, **o: DatasetSource(
+        lambda s: _planted_logistic(int(n), int(d), s, float(noise)),
+        "planted logistic model, Gaussian features (options n, d, noise)",
+        load_test=lambda s: _planted_logistic(max(int(n) // 4, 2), int(d), s, float(noise), stream=1)),
+    "synthetic-covtype": lambda n=581012, d=54, **o: DatasetSource(
+        lambda s: _planted_logistic(int(n), int(d), s),
+        "Covertype-shaped planted logistic data, 581,012 x 54 (options n, d)"),
+    "lowy-synthetic": lambda n=100, d=100, **o: DatasetSource(
+        lambda s: _lowy(int(n), int(d), s, 0),
+        "x uniform in the unit ball, n = d = 100 (warm-start paper section 9)",
+        load_test=lambda s: _lowy(int(n), int(d), s, 1), labels="ignored"),
+    "phase-retrieval": lambda n=2000, d=10, **o: DatasetSource(
+        lambda s: _phase(int(n), int(d), s, 0),
+        "y = <x, e1>^2, x uniform on the unit sphere (options n, d)",
+        load_test=lambda s: _phase(int(n), int(d), s, 1), labels="real"),
+}
+
+
+@hookimpl
+def dpreg_register_datasets(register):
+    for name, factory in SOURCES.items():
+        register(name, factory, summary=factory().summary)

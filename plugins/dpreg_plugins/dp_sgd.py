@@ -1,0 +1,89 @@
+"""``dp-sgd``: noisy minibatch SGD with Poisson subsampling and per-record
+clipping (Alg 3 of lowy-ullman-wright-2024-warm-start.txt; Abadi et al.).
+
+Each step samples every record independently with probability q = b/n, sums
+per-record gradients clipped to C, adds N(0, (zC)^2 I) and divides by the
+expected batch size b (add-remove neighbouring, as for Poisson amplification).
+z is calibrated so T Poisson-subsampled Gaussians spend the budget.
+Output: the last iterate, the average, or a uniformly random iterate (Alg 3).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpreg import hookimpl
+from dpreg.accounting import gaussian_event, poisson_sampled, self_composed
+from dpreg.interfaces import Algorithm, RunOutput, charge
+from dpreg.params import ParamSpec
+from dpreg.trajectory import Trajectory
+
+from .dp_gd import COMMON, project, resolve_common
+
+
+class DPSGD(Algorithm):
+    """DP-SGD with Poisson subsampling."""
+
+    name = "dp-sgd"
+    summary = "noisy SGD with Poisson subsampling and per-record clipping (baseline)"
+    paper = "lowy-ullman-wright-2024-warm-start.txt, Algorithm 3 (DP-SGD)"
+    data_access = "resample"
+    relation = "add-remove"
+    params = COMMON + (
+        ParamSpec("batch", "int", None, "expected batch size b (q = b/n)",
+                  "b >= sqrt(d eps) (Prop. D.1); practical default max(sqrt(d eps), min(256, n/10))", low=1),
+        ParamSpec("steps", "int", None, "number of iterations T",
+                  "T = eps^2 n^2 / (d ln(1/delta)) (Prop. D.1), capped at 5 epochs (5n/b)", low=1),
+        ParamSpec("output", "str", "last", "which iterate to return",
+                  "Alg 3 returns a uniformly random iterate ('random')",
+                  choices=("last", "average", "random")),
+    )
+
+    def run(self) -> RunOutput:
+        pb = self.problem
+        eps, delta = self.accountant.epsilon_budget, self.accountant.delta
+        clip, step, radius = resolve_common(pb, self.p)
+        b = self.p["batch"] or int(max(math.sqrt(pb.d * eps), min(256, pb.n // 10), 1))
+        b = min(b, pb.n)
+        q = b / pb.n
+        T = self.p["steps"] or int(max(1, min(eps**2 * pb.n**2 / (pb.d * math.log(1 / delta)),
+                                              math.ceil(5 * pb.n / b))))
+        if q >= 1.0:
+            step_event = gaussian_event
+        else:
+            def step_event(z):
+                return poisson_sampled(q, gaussian_event(z))
+        z = self.accountant.calibrate(lambda z: self_composed(step_event(z), T))
+        from dpreg.access import Resample
+
+        access = Resample(pb.n, self.rng("dp-sgd sampling"))
+        noise_rng = self.rng("dp-sgd noise")
+        w = np.zeros(pb.d)
+        avg = np.zeros(pb.d)
+        pick = int(self.rng("dp-sgd output").integers(1, T + 1))
+        chosen = w
+        traj = Trajectory(T)
+        traj.log(0, w)
+        factor = self.accountant.sensitivity_factor
+        for t in range(1, T + 1):
+            idx, part = access.poisson(q)
+            charge(self.accountant, gaussian_event(z), part, label="dp-sgd step")
+            s, _ = pb.clipped_grad_sum(w, idx, clip) if len(idx) else (np.zeros(pb.d), 0)
+            g = (s + noise_rng.standard_normal(pb.d) * (z * factor * clip)) / b
+            w = project(w - step * g, radius)
+            avg += (w - avg) / t
+            if t == pick:
+                chosen = w.copy()
+            traj.log(t, w, noisy_grad_norm=np.linalg.norm(g), batch=len(idx))
+            self.progress(t, T)
+        out = {"last": w, "average": avg, "random": chosen}[self.p["output"]]
+        traj.finish(T, w)
+        return RunOutput(out, T, access.used, access.used, traj.series,
+                         {"noise_multiplier": z, "sampling_rate": q, "expected_batch": b,
+                          "clip": clip, "step": step, "trajectory": traj})
+
+
+@hookimpl
+def dpreg_register_algorithms(register):
+    register(DPSGD.name, DPSGD, summary=DPSGD.summary)

@@ -1,0 +1,237 @@
+"""Built-in losses.  Each is ``phi(<x,w>, y) + psi(w)`` (see
+:class:`dpreg.interfaces.LinearModelLoss`); the scalar functions below are plain
+Python, compiled by numba on first use and cached.
+
+Constants are stated for records with ``|x| <= 1``; ``s = 1/(1+exp(m))``-type
+bounds are the textbook maxima (|sigma'| <= 1/4, |sigma''| <= 1/(6 sqrt 3),
+|sigma'''| <= 1/8).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpreg import hookimpl
+from dpreg.interfaces import LinearModelLoss
+
+SIG1 = 0.25                       # max |sigma'|
+SIG2 = 1.0 / (6.0 * math.sqrt(3))  # max |sigma''|
+SIG3 = 1.0 / 8.0                  # max |sigma'''|
+
+
+# ---------------------------------------------------------------- scalar functions
+def logistic_phi(m, y):
+    z = y * m
+    if z > 0:
+        return math.log1p(math.exp(-z))
+    return -z + math.log1p(math.exp(z))
+
+
+def logistic_dphi(m, y):
+    z = y * m
+    if z > 0:
+        e = math.exp(-z)
+        return -y * e / (1.0 + e)
+    return -y / (1.0 + math.exp(z))
+
+
+def logistic_d2phi(m, y):
+    z = y * m
+    if z > 0:
+        e = math.exp(-z)
+        return e / ((1.0 + e) * (1.0 + e))
+    e = math.exp(z)
+    return e / ((1.0 + e) * (1.0 + e))
+
+
+# numba compiles each scalar function on its own (no calls to other Python
+# functions), so sigma(-y m) is written out in each.
+def sigmoid_phi(m, y):
+    # 1 / (1 + exp(y m)) = sigma(-y m)
+    z = -y * m
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+def sigmoid_dphi(m, y):
+    z = -y * m
+    if z >= 0:
+        s = 1.0 / (1.0 + math.exp(-z))
+    else:
+        e = math.exp(z)
+        s = e / (1.0 + e)
+    return -y * s * (1.0 - s)
+
+
+def sigmoid_d2phi(m, y):
+    z = -y * m
+    if z >= 0:
+        s = 1.0 / (1.0 + math.exp(-z))
+    else:
+        e = math.exp(z)
+        s = e / (1.0 + e)
+    return y * y * s * (1.0 - s) * (1.0 - 2.0 * s)
+
+
+def linear_phi(m, y):
+    return m
+
+
+def linear_dphi(m, y):
+    return 1.0
+
+
+def linear_d2phi(m, y):
+    return 0.0
+
+
+def phase_phi(m, y):
+    r = y - m * m
+    return 0.25 * r * r
+
+
+def phase_dphi(m, y):
+    return -(y - m * m) * m
+
+
+def phase_d2phi(m, y):
+    return 3.0 * m * m - y
+
+
+# ------------------------------------------------------------------------- losses
+class Logistic(LinearModelLoss):
+    """Logistic loss log(1 + exp(-y <x,w>)); convex. G=1, M=1/4, rho=1/(6 sqrt 3)."""
+
+    name = "logistic"
+    phi = staticmethod(logistic_phi)
+    dphi = staticmethod(logistic_dphi)
+    d2phi = staticmethod(logistic_d2phi)
+
+    def constants(self, d):
+        return 1.0, SIG1, SIG2
+
+
+class Sigmoid(LinearModelLoss):
+    """Sigmoid loss 1/(1 + exp(y <x,w>)); non-convex, bounded. G=1/4, M=1/(6 sqrt 3), rho=1/8."""
+
+    name = "sigmoid"
+    phi = staticmethod(sigmoid_phi)
+    dphi = staticmethod(sigmoid_dphi)
+    d2phi = staticmethod(sigmoid_d2phi)
+
+    def constants(self, d):
+        return SIG1, SIG2, SIG3
+
+
+class LogisticNonconvexReg(Logistic):
+    """Logistic + lam * sum_i w_i^2/(1+w_i^2), lam=1e-3 (DP trust-region paper, section 5).
+
+    psi's gradient has coordinates lam*2w/(1+w^2)^2 (|.| <= lam*0.6495), its Hessian is
+    diagonal with entries lam*(2-6w^2)/(1+w^2)^3 (|.| <= 2 lam) and third derivative
+    |.| <= 4.5 lam.  G = 1 + 0.6495 lam sqrt(d), M = 1/4 + 2 lam, rho = 1/(6 sqrt 3) + 4.5 lam.
+    """
+
+    name = "logistic-nonconvex-reg"
+    lam = 1e-3
+
+    def constants(self, d):
+        return 1.0 + 0.6495 * self.lam * math.sqrt(d), SIG1 + 2 * self.lam, SIG2 + 4.5 * self.lam
+
+    def psi(self, w):
+        w2 = w * w
+        return float(self.lam * np.sum(w2 / (1.0 + w2)))
+
+    def psi_grad(self, w):
+        return self.lam * 2.0 * w / (1.0 + w * w) ** 2
+
+    def psi_hvp(self, w, v):
+        w2 = w * w
+        return self.lam * (2.0 - 6.0 * w2) / (1.0 + w2) ** 3 * v
+
+
+class SigmoidL2(Sigmoid):
+    """Sigmoid + lam/2 |w|^2, lam=1e-3 (DP trust-region paper, section 5).
+
+    The quadratic makes the gradient unbounded in w; G is stated for |w| <= 10:
+    G = 1/4 + 10 lam, M = 1/(6 sqrt 3) + lam, rho = 1/8.
+    """
+
+    name = "sigmoid-l2"
+    lam = 1e-3
+
+    def constants(self, d):
+        return SIG1 + 10 * self.lam, SIG2 + self.lam, SIG3
+
+    def psi(self, w):
+        return float(0.5 * self.lam * np.dot(w, w))
+
+    def psi_grad(self, w):
+        return self.lam * w
+
+    def psi_hvp(self, w, v):
+        return self.lam * v
+
+
+class LowySynthetic(LinearModelLoss):
+    """f(w, x) = 1/2(|w|^2 + sin|w|^2) + <x, w> on the ball of radius 2 (warm-start paper, section 9).
+
+    On |w| <= 2, |x| <= 1: grad = w(1 + cos|w|^2) + x has norm <= 2*2 + 1 = 5 (G=5);
+    Hessian = (1+cos s) I - 2 sin(s) w w^T with s = |w|^2, norm <= 2 + 2*4 = 10 (M=10);
+    its derivative is bounded by 6|w| + 4|w|^3 <= 44 (rho=44).  Labels are ignored.
+    """
+
+    name = "lowy-synthetic"
+    labels = "ignored"
+    radius = 2.0
+    classifier = False
+    phi = staticmethod(linear_phi)
+    dphi = staticmethod(linear_dphi)
+    d2phi = staticmethod(linear_d2phi)
+
+    def constants(self, d):
+        return 5.0, 10.0, 44.0
+
+    def psi(self, w):
+        s = float(np.dot(w, w))
+        return 0.5 * (s + math.sin(s))
+
+    def psi_grad(self, w):
+        s = float(np.dot(w, w))
+        return w * (1.0 + math.cos(s))
+
+    def psi_hvp(self, w, v):
+        s = float(np.dot(w, w))
+        return (1.0 + math.cos(s)) * v - 2.0 * math.sin(s) * float(np.dot(w, v)) * w
+
+
+class PhaseRetrieval(LinearModelLoss):
+    """Phase retrieval f(w; x, y) = 1/4 (y - <x,w>^2)^2: a strict saddle at w = 0.
+
+    With y = <x, w*>^2 the Hessian of the population loss at 0 is -E[y x x^T],
+    negative definite along w*: w = 0 is a strict saddle, and the minima are +-w*.
+    Constants for |w| <= 2, |x| <= 1, 0 <= y <= 1: G = 8 (|y - m^2||m| <= 4*2),
+    M = 12 (|3m^2 - y|), rho = 12 (|6m|).
+    """
+
+    name = "phase-retrieval"
+    labels = "real"
+    radius = 2.0
+    classifier = False
+    phi = staticmethod(phase_phi)
+    dphi = staticmethod(phase_dphi)
+    d2phi = staticmethod(phase_d2phi)
+
+    def constants(self, d):
+        return 8.0, 12.0, 12.0
+
+
+BUILTIN_LOSSES = (Logistic, Sigmoid, LogisticNonconvexReg, SigmoidL2, LowySynthetic, PhaseRetrieval)
+
+
+@hookimpl
+def dpreg_register_losses(register):
+    for cls in BUILTIN_LOSSES:
+        register(cls.name, cls(), summary=cls.__doc__.strip().splitlines()[0])

@@ -1,0 +1,38 @@
+"""Shared fixtures.  Tests use small sizes; real data is read in place from
+../shared/data when present (and those tests skip, saying so, when it is not)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+
+def shared_file(name: str) -> Path:
+    p = SHARED_DATA / name
+    if not p.exists():
+        pytest.skip(f"{p} not present (real data lives in ../shared/data beside the checkout)")
+    return p
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(12345)
+
+
+@pytest.fixture(scope="session")
+def registry():
+    from dpreg.registry import get_registry
+
+    return get_registry()
+
+
+def unit_rows(rng, n, d, scale=1.0):
+    X = rng.standard_normal((n, d))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    return X * scale

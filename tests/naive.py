@@ -1,0 +1,65 @@
+"""Plain-numpy references for every kernel (slow, obvious, O(n x d) memory).
+
+They call the loss's scalar functions as ordinary Python (no numba) and build
+the per-sample gradient matrix explicitly, which the kernels never do.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _vec(f):
+    return np.vectorize(f, otypes=[float])
+
+
+def per_sample_gradients(loss, X, y, w):
+    """(n x d) matrix of per-sample gradients a_i x_i + grad psi(w)."""
+    a = _vec(type(loss).dphi)(X @ w, y)
+    return a[:, None] * X + loss.psi_grad(w)[None, :]
+
+
+def clip_rows(G, clip):
+    norms = np.linalg.norm(G, axis=1)
+    scale = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+    return G * scale[:, None], int(np.sum(norms > clip))
+
+
+def clipped_grad_sum(loss, X, y, idx, w, clip):
+    Gm = per_sample_gradients(loss, X[idx], y[idx], w)
+    C, k = clip_rows(Gm, clip)
+    return C.sum(axis=0), k
+
+
+def clipped_diff_sum(loss, X, y, idx, w, wp, clip):
+    D = per_sample_gradients(loss, X[idx], y[idx], w) - per_sample_gradients(loss, X[idx], y[idx], wp)
+    C, k = clip_rows(D, clip)
+    return C.sum(axis=0), k
+
+
+def value(loss, X, y, w):
+    return float(np.mean(_vec(type(loss).phi)(X @ w, y)) + loss.psi(w))
+
+
+def gradient(loss, X, y, w):
+    return per_sample_gradients(loss, X, y, w).mean(axis=0)
+
+
+def hessian(loss, X, y, w):
+    h = _vec(type(loss).d2phi)(X @ w, y)
+    H = (X * h[:, None]).T @ X / X.shape[0]
+    eye = np.eye(X.shape[1])
+    H += np.stack([loss.psi_hvp(w, eye[j]) for j in range(X.shape[1])], axis=1)
+    return H
+
+
+def hvp(loss, X, y, w, v):
+    return hessian(loss, X, y, w) @ v
+
+
+def finite_diff_grad(f, w, h=1e-6):
+    g = np.zeros_like(w)
+    for j in range(len(w)):
+        e = np.zeros_like(w)
+        e[j] = h
+        g[j] = (f(w + e) - f(w - e)) / (2 * h)
+    return g
