@@ -26,10 +26,16 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.losses",
     "dpreg_plugins.oracles",
     "dpreg_plugins.noise_gaussian",
+    "dpreg_plugins.noise_tree",
     "dpreg_plugins.accountants",
     "dpreg_plugins.datasets",
     "dpreg_plugins.dp_gd",
     "dpreg_plugins.dp_sgd",
+    "dpreg_plugins.dp_spider",
+    "dpreg_plugins.adaptive_spider",
+    "dpreg_plugins.perturbed_sgd",
+    "dpreg_plugins.selectors",
+    "dpreg_plugins.warm_start",
 )
 
 ENTRY_POINT_GROUP = "dpreg"
