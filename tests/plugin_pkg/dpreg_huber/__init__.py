@@ -1,0 +1,1 @@
+"""Example third-party dpreg plugin package (kept under dpreg's tests)."""

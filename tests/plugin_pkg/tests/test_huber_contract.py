@@ -1,0 +1,5 @@
+from dpreg.testing import LossContract
+
+
+class TestHuber(LossContract):
+    loss_name = "huber"
