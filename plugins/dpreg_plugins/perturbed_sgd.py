@@ -1,1 +1,319 @@
-"""(being written: registers nothing yet)."""
+"""``perturbed-sgd``: Gaussian-perturbed SGD with the drift-distance escape
+test (Algorithm 1 of perturbed-sgd-adaptive-spider-distributed-sosp.txt),
+driven by the adaptive DP-SPIDER gradient oracle of its Algorithm 2.
+
+Outer loop (Alg 1).  Query the oracle at the current point; if the noisy
+gradient is large (``|g| > 3 chi``) take a normal step ``x <- x - eta g``.
+Otherwise ``x~`` (the point the small gradient was computed at) is a candidate:
+up to ``Q`` times, restart from ``x~`` and run ``T_esc`` steps of the same
+perturbed SGD; as soon as an iterate moves ``|x - x~| >= S`` away the escape
+succeeded and the descent continues from there.  If none of the ``Q`` attempts
+escapes, ``x~`` is returned as the SOSP candidate (``info["certified"]``).
+The run also stops - returning the last iterate, uncertified - when the unused
+records can no longer pay for the next oracle query or after ``max_steps``.
+
+Oracle (Alg 2).  A SPIDER running sum: when the drift (squared distance moved
+since the last O1 query) reaches ``kappa`` the oracle queries O1 (``minibatch``,
+per-record gradients clipped to C, batch b1) and starts a new sum; otherwise it
+adds O2 (``spider-diff``, per-record differences clipped to M|x_{t-1}-x_{t-2}|,
+batch b2).  The sum is released through the ``--noise`` mechanism, so
+``gaussian`` gives exactly Alg 2 (noise z*sensitivity on every increment; z plays
+the role of sqrt(c log(1/delta))/eps) and ``tree`` releases the same prefix sums
+with binary-tree noise.  The only perturbation is the privacy noise already in
+the oracle (section 5: "fully utilizes the DP Gaussian noise already present").
+
+Privacy.  Single pass: every batch is a fresh disjoint set of records, so each
+record enters exactly one increment of one running sum.  The noise multiplier z
+is calibrated so that this one exposure (the mechanism's ``record_event`` for a
+disjoint add, which for ``tree`` covers every node the increment enters) fits
+(eps, delta); disjoint batches compose in parallel (Thm 2 proof: "as we never
+reuse a sample, the privacy guarantee follows directly from the Gaussian
+mechanism and the parallel composition").  Every add is charged by the
+mechanism before its release; sensitivities are the oracles' clipping bounds.
+
+Implementation choices (documented where the paper is silent):
+* drift is the squared distance actually moved by the query point since the
+  last O1, ``drift += |x_{t-1} - x_{t-2}|^2`` (section 5's definition; equals
+  Alg 2's ``eta^2 |g_t|^2`` for an unprojected step, and also counts the jump
+  back to ``x~`` when an escape attempt restarts);
+* a query at the point just queried (the first step of the first escape
+  attempt) reuses the last estimate: O2(x, x) = 0 has sensitivity 0, and no
+  records are spent on it;
+* iterates are projected onto the loss's feasible ball when it declares one
+  (its constants hold there); projection is post-processing.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpreg import hookimpl
+from dpreg.access import Exhausted, SinglePass
+from dpreg.errors import ParameterError
+from dpreg.interfaces import Algorithm, NoiseMechanism, RunOutput
+from dpreg.params import ParamSpec
+from dpreg.trajectory import Trajectory
+
+PAPER = "perturbed-sgd-adaptive-spider-distributed-sosp.txt"
+
+
+# --------------------------------------------------------------------- defaults
+def theorem2_alpha(n: int, d: int, eps: float, G: float, M: float, rho: float, U: float) -> float:
+    """alpha of Theorem 2 (Appendix E.3, log factors dropped):
+    (G U M / n)^(1/3) + G^(2/15) U^(2/5) M^(8/15) rho^(-1/15) (sqrt(d)/(n eps))^(2/5)."""
+    return ((G * U * M / n) ** (1 / 3)
+            + G ** (2 / 15) * U ** 0.4 * M ** (8 / 15) * rho ** (-1 / 15) * (math.sqrt(d) / (n * eps)) ** 0.4)
+
+
+def theorem2_kappa(n: int, d: int, eps: float, G: float, M: float, rho: float, U: float) -> float:
+    """kappa of Theorem 2: max{G^1.5 U^.5 rho^.5 / (M^2.5 n^.5),
+    G^(14/15) d^(2/5) U^(4/5) rho^(8/15) / (M^(34/15) (n eps)^(4/5))} (the main
+    text's d^(2/5); Appendix E.3 prints d^(2/3), which does not give its rate)."""
+    return max(G ** 1.5 * U ** 0.5 * rho ** 0.5 / (M ** 2.5 * n ** 0.5),
+               G ** (14 / 15) * d ** 0.4 * U ** 0.8 * rho ** (8 / 15) / (M ** (34 / 15) * (n * eps) ** 0.8))
+
+
+# ----------------------------------------------------------------------- oracle
+class AdaptiveSpiderOracle:
+    """Alg 2 (adaptive DP-SPIDER) over a :class:`NoiseMechanism`, single pass.
+
+    ``query(x)`` returns the noisy estimate of grad F(x) (or raises
+    :class:`~dpreg.access.Exhausted` *before* any release when the unused
+    records cannot pay for the query).  O1 when ``drift >= kappa`` (new running
+    sum), O2 otherwise.
+    """
+
+    def __init__(self, problem, mechanism: NoiseMechanism, access: SinglePass, *, clip: float,
+                 smoothness: float, factor: float, b1: int, b2: int, kappa: float):
+        from .oracles import MinibatchOracle, SpiderDiffOracle
+
+        self.o1 = MinibatchOracle(problem)
+        self.o2 = SpiderDiffOracle(problem)
+        self.mech = mechanism
+        self.access = access
+        self.clip, self.M, self.factor = float(clip), float(smoothness), float(factor)
+        self.b1, self.b2, self.kappa = int(b1), int(b2), float(kappa)
+        self.drift = math.inf  # Alg 2 line 1: drift <- kappa (forces O1 first)
+        self.prev: np.ndarray | None = None
+        self.g: np.ndarray | None = None
+        self.n_o1 = self.n_o2 = self.n_reused = self.n_clipped = 0
+
+    def query(self, x: np.ndarray) -> np.ndarray:
+        if self.prev is not None:
+            moved = float(np.dot(x - self.prev, x - self.prev))
+            if moved == 0.0:  # O2(x, x) = 0 with sensitivity 0: nothing to release
+                self.n_reused += 1
+                return self.g.copy()
+            self.drift += moved
+        if self.drift >= self.kappa or self.g is None:
+            idx, part = self.access.take(self.b1)  # Exhausted: nothing released
+            est = self.o1.estimate(x, idx, part, clip=self.clip, factor=self.factor)
+            if self.n_o1 + self.n_o2 > 0:
+                self.mech.reset()
+            self.g = self.mech.add(est.value, est.sensitivity, part)
+            self.drift = 0.0
+            self.n_o1 += 1
+        else:
+            idx, part = self.access.take(self.b2)
+            est = self.o2.estimate(x, self.prev, idx, part, smoothness=self.M, factor=self.factor)
+            self.g = self.mech.add(est.value, est.sensitivity, part)
+            self.n_o2 += 1
+        self.n_clipped += est.clipped
+        self.prev = np.array(x, dtype=float)
+        return self.g.copy()
+
+
+# -------------------------------------------------------------------- algorithm
+class PerturbedSGD(Algorithm):
+    """Gaussian-perturbed SGD with drift-distance saddle-escape test (Alg 1 + Alg 2)."""
+
+    name = "perturbed-sgd"
+    summary = ("perturbed SGD with drift-distance saddle-escape test over adaptive DP-SPIDER; "
+               "returns the point no escape left (SOSP candidate)")
+    paper = f"{PAPER}, Algorithm 1 (Gaussian perturbed SGD) with the Algorithm 2 oracle (adaptive DP-SPIDER)"
+    uses_noise = True
+    data_access = "single-pass"
+    relation = "replace-one"
+    params = (
+        ParamSpec("alpha", "float", None, "target accuracy alpha = 4 chi; |g| <= 3 chi triggers the escape test",
+                  "Thm 2: alpha = (GUM/n)^(1/3) + G^(2/15) U^(2/5) M^(8/15) rho^(-1/15) (sqrt(d)/(n eps))^(2/5) "
+                  "(log factors dropped)", low=0, low_open=True),
+        ParamSpec("U", "float", 1.0, "bound on max F - F* (Assumption 2)",
+                  "Assumption 2; practical default 1 (losses here are O(1) at w=0)", low=0, low_open=True),
+        ParamSpec("s", "float", 1.0, "absolute constant s of eq. (4)", "eq. (4): iota = s mu; practical s = 1",
+                  low=0, low_open=True),
+        ParamSpec("mu", "float", 1.0, "logarithmic factor mu of eq. (5)",
+                  "eq. (5): mu = max{..., 1}; practical mu = 1", low=1),
+        ParamSpec("step", "float", None, "step size eta",
+                  "eq. (4): eta = sqrt(rho alpha)/(M^2 iota^2) <= 1/M; practical default eta = 1/M",
+                  low=0, low_open=True),
+        ParamSpec("escape_steps", "int", None, "steps T_esc of one escape attempt",
+                  "eq. (4): T_esc = iota/(s eta sqrt(rho alpha)) = mu/(eta sqrt(rho alpha))", low=1),
+        ParamSpec("escape_radius", "float", None, "distance S that counts as an escape",
+                  "eq. (4): S = sqrt(alpha/rho) / iota^1.5", low=0, low_open=True),
+        ParamSpec("repeats", "int", None, "escape attempts Q before x~ is returned",
+                  "Lemma 2: Q = (5/2) ln(1/omega0), omega0 = 0.1 -> 6", low=1),
+        ParamSpec("kappa", "float", None, "drift threshold triggering an O1 refresh",
+                  "Thm 2: kappa = max{G^1.5 U^.5 rho^.5/(M^2.5 n^.5), "
+                  "G^(14/15) d^(2/5) U^(4/5) rho^(8/15)/(M^(34/15)(n eps)^(4/5))}", low=0, low_open=True),
+        ParamSpec("batch1", "int", None, "O1 batch size b1",
+                  "Thm 2: b1 = n kappa/(2 U eta); practical floor b1 >= 2 z C sqrt(d)/alpha "
+                  "(O1 noise norm <= alpha/2)", low=1),
+        ParamSpec("batch2", "int", None, "O2 batch size b2",
+                  "Thm 2: b2 = n eta chi^2/(2U); practical floor b2 >= 2 z sqrt(d) "
+                  "(O2 noise norm <= the step's gradient norm)", low=1),
+        ParamSpec("max_steps", "int", None, "cap on oracle queries T",
+                  "Alg 2 horizon T = O(U/(eta chi^2)); default: until the records run out", low=1),
+        ParamSpec("clip", "float", None, "per-record gradient clipping bound C (O1 sensitivity 2C/b1)",
+                  "C = G, the loss's declared Lipschitz constant", low=0, low_open=True),
+        ParamSpec("radius", "float", None, "project iterates onto the ball of this radius",
+                  "the loss's feasible radius if it has one, else no projection", low=0, low_open=True),
+        ParamSpec("init", "str", "zero", "initial point x0",
+                  "Alg 1 input x0; 'zero' = origin, 'random' = seeded N(0, I/d) scaled to norm 0.01 "
+                  "(data-independent)", choices=("zero", "random")),
+    )
+
+    # ---------------------------------------------------------------- resolution
+    def resolve(self) -> dict:
+        """Every parameter's value (given or derived), plus the calibrated noise
+        multiplier z and the mechanism horizon; nothing is read off the data but n, d."""
+        pb, p = self.problem, self.p
+        n, d = pb.n, pb.d
+        eps, delta = self.accountant.epsilon_budget, self.accountant.delta
+        G, M, rho = pb.constants()
+        U = float(p["U"])
+        alpha = p["alpha"] if p["alpha"] is not None else theorem2_alpha(n, d, eps, G, M, rho, U)
+        chi = alpha / 4.0
+        iota = float(p["s"]) * float(p["mu"])
+        eta = p["step"] if p["step"] is not None else 1.0 / M
+        T_esc = p["escape_steps"] or max(1, math.ceil(float(p["mu"]) / (eta * math.sqrt(rho * alpha))))
+        S = p["escape_radius"] if p["escape_radius"] is not None else math.sqrt(alpha / rho) / iota ** 1.5
+        Q = p["repeats"] or math.ceil(2.5 * math.log(1 / 0.1))
+        kappa = p["kappa"] if p["kappa"] is not None else theorem2_kappa(n, d, eps, G, M, rho, U)
+        clip = p["clip"] if p["clip"] is not None else G
+        radius = p["radius"] if p["radius"] is not None else pb.loss.radius
+
+        def horizon_for(b1, b2):
+            h = 1 + max(0, (n - b1) // b2)
+            return max(1, min(h, p["max_steps"] or h))
+
+        def calibrate(h):
+            return self.accountant.calibrate(
+                lambda z: self.noise.record_event(z, h, "disjoint", 1))
+
+        b1_paper = max(1, math.ceil(n * kappa / (2 * U * eta)))
+        b2_paper = max(1, math.ceil(n * eta * chi ** 2 / (2 * U)))
+        # provisional horizon (smallest batches) -> z; then the practical floors use z
+        z = calibrate(horizon_for(p["batch1"] or b1_paper, p["batch2"] or b2_paper))
+        b1 = p["batch1"] or max(b1_paper, math.ceil(2 * z * clip * math.sqrt(d) / alpha))
+        b2 = p["batch2"] or max(b2_paper, math.ceil(2 * z * math.sqrt(d)))
+        b1, b2 = min(b1, n), min(b2, n)
+        H = horizon_for(b1, b2)
+        z = calibrate(H)
+        if b1 > n:
+            raise ParameterError(f"batch1={b1} exceeds n={n}")
+        return dict(alpha=alpha, chi=chi, eta=eta, escape_steps=int(T_esc), escape_radius=S,
+                    repeats=int(Q), kappa=kappa, batch1=int(b1), batch2=int(b2), clip=clip,
+                    radius=radius, U=U, iota=iota, noise_multiplier=z, horizon=H,
+                    batch1_paper=b1_paper, batch2_paper=b2_paper)
+
+    # ------------------------------------------------------------------------ run
+    def run(self) -> RunOutput:
+        pb = self.problem
+        if self.noise is None:
+            raise ParameterError("perturbed-sgd needs a noise mechanism (--noise)")
+        r = self.resolve()
+        eta, chi, S, T_esc, Q = r["eta"], r["chi"], r["escape_radius"], r["escape_steps"], r["repeats"]
+        radius = r["radius"]
+        access = SinglePass(pb.n, self.rng("perturbed-sgd batches"))
+        mech = self.noise(dim=pb.d, noise_multiplier=r["noise_multiplier"], horizon=r["horizon"],
+                          accountant=self.accountant, seed=np.random.SeedSequence([self.seed, 0x95D]))
+        oracle = AdaptiveSpiderOracle(pb, mech, access, clip=r["clip"], smoothness=pb.constants()[1],
+                                      factor=self.accountant.sensitivity_factor,
+                                      b1=r["batch1"], b2=r["batch2"], kappa=r["kappa"])
+        if self.p["init"] == "random":
+            x = self.rng("perturbed-sgd init").standard_normal(pb.d)
+            x *= 0.01 / max(np.linalg.norm(x), 1e-300)
+        else:
+            x = np.zeros(pb.d)
+        max_steps = self.p["max_steps"] or math.inf
+        traj = Trajectory(max(1, pb.n // r["batch2"]))
+        traj.log(0, x)
+        stats = dict(escape_tests=0, escape_attempts=0, escapes=0)
+        steps = 0
+        certified = False
+        stop = "records exhausted"
+        out = x
+
+        def step(x, g):
+            return _project(x - eta * g, radius)
+
+        def query(x):
+            nonlocal steps
+            if steps >= max_steps:
+                raise _StepCap
+            g = oracle.query(x)
+            steps += 1
+            traj.log(steps, x, noisy_grad_norm=float(np.linalg.norm(g)))
+            self.progress(access.used, pb.n)
+            return g
+
+        try:
+            while True:
+                g = query(x)                                      # Alg 1 line 4
+                if np.linalg.norm(g) > 3 * chi:                   # line 22-24: descent step
+                    x = step(x, g)
+                    out = x
+                    continue
+                # lines 6-21: saddle-point escape test around x~
+                stats["escape_tests"] += 1
+                x_tilde = x.copy()
+                out = x_tilde
+                escaped = False
+                for _q in range(Q):
+                    stats["escape_attempts"] += 1
+                    x = x_tilde.copy()                            # line 9
+                    for _tau in range(T_esc):
+                        g = query(x)                              # line 11
+                        x = step(x, g)                            # line 12
+                        if np.linalg.norm(x - x_tilde) >= S:      # line 13
+                            escaped = True
+                            break
+                    if escaped:
+                        break
+                if not escaped:                                   # line 20-21
+                    certified = True
+                    stop = "no escape from x~ in Q attempts"
+                    out = x_tilde
+                    break
+                stats["escapes"] += 1
+                out = x
+        except Exhausted:
+            out = x
+        except _StepCap:
+            stop = "max_steps reached"
+            out = x
+        traj.finish(steps, out)
+        info = dict(r)
+        info.update(stats, certified=certified, stop_reason=stop, o1_queries=oracle.n_o1,
+                    o2_queries=oracle.n_o2, reused_queries=oracle.n_reused,
+                    clipped_terms=oracle.n_clipped, noise=self.noise.name, trajectory=traj)
+        return RunOutput(np.array(out, dtype=float), steps, access.used, access.used,
+                         traj.series, info)
+
+
+class _StepCap(Exception):
+    pass
+
+
+def _project(w, radius):
+    if radius is None:
+        return w
+    nrm = float(np.linalg.norm(w))
+    return w if nrm <= radius else w * (radius / nrm)
+
+
+@hookimpl
+def dpreg_register_algorithms(register):
+    register(PerturbedSGD.name, PerturbedSGD, summary=PerturbedSGD.summary)
