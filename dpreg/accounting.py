@@ -123,22 +123,38 @@ class Accountant(ABC):
         top of what is already charged."""
         return self.epsilon_if(event, None)
 
+    def fits(self, event) -> bool:
+        """Whether a planned global ``event`` fits the remaining budget (on top
+        of what is charged).  :meth:`calibrate` bisects on this predicate; a
+        :class:`BudgetView` also checks its parent's budget."""
+        return self.epsilon_of_plan(event) <= self.epsilon_budget
+
+    def view(self, epsilon: float, delta: float) -> "BudgetView":
+        """A budget-limited view for one stage of a composite run (see
+        :class:`BudgetView`): charges go to this accountant, and the stage's
+        own charges may not exceed (epsilon, delta)."""
+        return BudgetView(self, epsilon, delta)
+
+    def fresh(self, epsilon: float, delta: float) -> "Accountant":
+        """An empty accountant of the same kind and relation."""
+        return type(self)(epsilon, delta, self.relation)
+
     def calibrate(self, make_event: Callable[[float], object], *, low: float = 1e-3,
                   high: float = 1e6, what: str = "noise multiplier") -> float:
         """Smallest noise multiplier z in [low, high] whose planned event
         ``make_event(z)`` (the worst-case record's whole exposure) fits the
         remaining budget; raises ParameterError if even ``high`` does not."""
-        if self.epsilon_of_plan(make_event(high)) > self.epsilon_budget:
+        if not self.fits(make_event(high)):
             raise ParameterError(
                 f"cannot meet epsilon={self.epsilon_budget:g}, delta={self.delta:g}: "
                 f"even {what}={high:g} spends more"
             )
-        if self.epsilon_of_plan(make_event(low)) <= self.epsilon_budget:
+        if self.fits(make_event(low)):
             return low
         lo, hi = math.log(low), math.log(high)
         for _ in range(60):  # bisection on log z: ~1e-9 relative
             mid = 0.5 * (lo + hi)
-            if self.epsilon_of_plan(make_event(math.exp(mid))) <= self.epsilon_budget:
+            if self.fits(make_event(math.exp(mid))):
                 hi = mid
             else:
                 lo = mid
@@ -182,6 +198,17 @@ class RdpAccountant(Accountant):
         except (KeyError, TypeError):
             pass
         dpa = _dpa()
+        if self.relation == "add-remove" and _has_pure(event):
+            # pure-DP events (see pure_dp_event): their dominating pair does not
+            # depend on the relation; dp-accounting only takes them as REPLACE_ONE
+            others, pure = _split_pure(event)
+            curve = sum((self.rdp_of(e) for e in others), np.zeros_like(self._orders))
+            if pure:
+                rr = dpa.rdp.RdpAccountant(list(self._orders), dpa.NeighboringRelation.REPLACE_ONE)
+                rr.compose(dpa.ComposedDpEvent(pure))
+                curve = curve + np.asarray(rr._rdp, dtype=float)  # noqa: SLF001
+            self._cache[event] = curve
+            return curve
         rel = (dpa.NeighboringRelation.ADD_OR_REMOVE_ONE if self.relation == "add-remove"
                else dpa.NeighboringRelation.REPLACE_ONE)
         acc = dpa.rdp.RdpAccountant(list(self._orders), rel)
@@ -246,10 +273,17 @@ class PldAccountant(Accountant):
         rel = (dpa.NeighboringRelation.ADD_OR_REMOVE_ONE if self.relation == "add-remove"
                else dpa.NeighboringRelation.REPLACE_ONE)
         acc = dpa.pld.PLDAccountant(rel)
+        pure: list = []
+        if self.relation == "add-remove" and any(_has_pure(e) for e in events):
+            events, pure = _split_pure(dpa.ComposedDpEvent(list(events)))
         try:
             acc.compose(dpa.ComposedDpEvent(list(events)))
         except dpa.UnsupportedEventError as exc:
             raise DpregError(f"the pld accountant cannot account this event: {exc}") from None
+        for e in pure:  # relation-free dominating pair of a pure-DP release (pure_dp_event)
+            acc._pld = acc._pld.compose(dpa.pld.privacy_loss_distribution.from_randomized_response(  # noqa: SLF001
+                e.noise_parameter, 2, value_discretization_interval=acc._value_discretization_interval,  # noqa: SLF001
+                neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE))
         eps = float(acc.get_epsilon(self.delta))
         self._cache[key] = eps
         return eps
@@ -290,3 +324,114 @@ def composed(events):
 def poisson_sampled(q: float, event):
     """``event`` applied to a Poisson subsample with rate ``q``."""
     return _dpa().PoissonSampledDpEvent(q, event)
+
+
+# ------------------------------------------------------------------ pure epsilon-DP
+def pure_dp_event(epsilon: float):
+    """Event of one release by an ``epsilon``-DP (pure, delta = 0) mechanism
+    under the accountant's relation - the exponential mechanism, AboveThreshold.
+
+    dp-accounting has no such event.  Every epsilon-DP mechanism is dominated
+    (in the hockey-stick / Blackwell order, hence in every Renyi divergence
+    and in its privacy-loss distribution) by binary randomized response with
+    P(truth) = e^eps / (1 + e^eps) (Kairouz, Oh & Viswanath 2015), so it is
+    charged as ``RandomizedResponseDpEvent(2 / (1 + e^eps), 2)``, whose
+    epsilon is exactly ``epsilon``.  ``LaplaceDpEvent`` would *not* be sound:
+    the Laplace mechanism's RDP and PLD are strictly smaller than randomized
+    response's at the same epsilon (tests/test_selectors.py shows it).  The
+    dominating pair does not depend on the neighbouring relation, so the
+    accountants also take this event under add-remove (dp-accounting itself
+    accepts randomized response only as REPLACE_ONE).
+    """
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ParameterError(f"pure-DP epsilon must be a finite number > 0, got {epsilon!r}")
+    return _dpa().RandomizedResponseDpEvent(noise_parameter=2.0 / (1.0 + math.exp(epsilon)),
+                                            num_buckets=2)
+
+
+def _is_pure(event) -> bool:
+    dpa = _dpa()
+    return isinstance(event, dpa.RandomizedResponseDpEvent) and event.num_buckets == 2
+
+
+def _has_pure(event) -> bool:
+    dpa = _dpa()
+    if _is_pure(event):
+        return True
+    if isinstance(event, dpa.ComposedDpEvent):
+        return any(_has_pure(e) for e in event.events)
+    if isinstance(event, dpa.SelfComposedDpEvent):
+        return _has_pure(event.event)
+    return False
+
+
+def _split_pure(event, count: int = 1) -> tuple[list, list]:
+    """(other events, pure-DP events), with self-composition unrolled into
+    counts (others keep SelfComposed wrappers; pure events are repeated)."""
+    dpa = _dpa()
+    if _is_pure(event):
+        return [], [event] * count
+    if isinstance(event, dpa.ComposedDpEvent):
+        others, pure = [], []
+        for e in event.events:
+            o, p = _split_pure(e, count)
+            others += o
+            pure += p
+        return others, pure
+    if isinstance(event, dpa.SelfComposedDpEvent) and _has_pure(event.event):
+        return _split_pure(event.event, count * event.count)
+    return [self_composed(event, count)], []
+
+
+# ------------------------------------------------------------- budget-limited views
+class BudgetView(Accountant):
+    """One stage's view of a parent accountant (composite runs: warm start,
+    hyper-parameter selection).
+
+    * Every charge goes to the parent (which refuses it if the *total* would
+      exceed the parent's budget) and to the view's own record, which refuses
+      it if the *stage's own* charges would exceed (epsilon, delta) - so the
+      stage is (epsilon, delta)-DP on its own and the whole run stays within
+      the parent's budget, with the parent composing all stages tightly.
+    * :meth:`fits` (hence :meth:`calibrate`) requires both, so a stage
+      calibrates to the smaller of its sub-budget and what the parent has left.
+    * ``epsilon_budget``/``delta`` are the stage's, ``epsilon_spent`` is the
+      stage's own spend at the stage's delta; ``relation`` is the parent's.
+    """
+
+    name = "view"
+
+    def __init__(self, parent: Accountant, epsilon: float, delta: float):
+        super().__init__(epsilon, delta, parent.relation)
+        self.parent = parent
+        self._own = parent.fresh(epsilon, delta)
+
+    def fresh(self, epsilon, delta):
+        return self.parent.fresh(epsilon, delta)
+
+    def fits(self, event) -> bool:
+        return self._own.fits(event) and self.parent.fits(event)
+
+    def charge(self, event, group=None, *, label: str = "") -> float:
+        eps = self._own.epsilon_if(event, group)
+        if eps > self.epsilon_budget * (1 + _SLACK):
+            raise BudgetExceededError(
+                f"release {label or type(event).__name__} refused: this stage would spend "
+                f"epsilon={eps:.4g} > its budget {self.epsilon_budget:g} at delta={self.delta:g}"
+            )
+        self.parent.charge(event, group, label=label)  # raises, recording nothing, if over
+        self._own.charge(event, group, label=label)
+        self._eps = self._own.epsilon_spent
+        self.n_charges += 1
+        return self._eps
+
+    def state(self) -> dict:
+        out = super().state()
+        out["accountant"] = f"view of {self.parent.name}"
+        return out
+
+    def _what_if(self, event, group):
+        return self._own.epsilon_if(event, group)
+
+    def _commit(self, event, group):  # pragma: no cover - charge() is overridden
+        raise NotImplementedError

@@ -260,6 +260,31 @@ class Algorithm(ABC):
     data_access: ClassVar[str] = "resample"
     #: neighbouring relation the algorithm's accounting is stated in
     relation: ClassVar[str] = "replace-one"
+    #: whether :meth:`run` starts from :attr:`init` when it is set
+    honours_init: ClassVar[bool] = False
+    #: optional starting point, set by a meta-algorithm (warm start) after
+    #: construction and before :meth:`run`; None: the algorithm's own default
+    #: (the origin).  Algorithms that read it set ``honours_init = True`` and
+    #: start from :meth:`initial_point`.
+    init: np.ndarray | None = None
+
+    @classmethod
+    def relation_for(cls, params: dict[str, Any]) -> str:
+        """Relation of a run with these (bound) params; composite algorithms
+        whose relation depends on their stages override it."""
+        return cls.relation
+
+    def initial_point(self) -> np.ndarray:
+        """A copy of :attr:`init` (checked to be a finite d-vector), or zeros."""
+        d = self.problem.d
+        if self.init is None:
+            return np.zeros(d)
+        w = np.array(self.init, dtype=float).reshape(-1)
+        if w.shape != (d,) or not np.all(np.isfinite(w)):
+            from .errors import ParameterError
+
+            raise ParameterError(f"initial point must be a finite vector of length {d}")
+        return w
 
     def __init__(self, problem: "Problem", params: dict[str, Any], *, noise: type[NoiseMechanism] | None,
                  accountant: "Accountant", seed: int, progress: Callable[[int, int], None] | None = None):

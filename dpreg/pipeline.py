@@ -144,7 +144,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
     problem = Problem(loss, X, y, name=data_desc)
     test_problem = Problem(loss, Xte, yte, name=test_desc) if Xte is not None else None
-    accountant = acc_cls(cfg.epsilon, delta, algo_cls.relation)
+    accountant = acc_cls(cfg.epsilon, delta, algo_cls.relation_for(params))
 
     # ---- compile (or load cached) kernels before timing the run
     t0 = time.perf_counter()

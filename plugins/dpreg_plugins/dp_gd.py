@@ -48,6 +48,7 @@ class DPGD(Algorithm):
     paper = "dp-trust-region.txt, DP-GD baseline (section 5)"
     data_access = "resample"
     relation = "replace-one"
+    honours_init = True
     params = COMMON + (
         ParamSpec("steps", "int", 50, "number of iterations T", "practical default T=50", low=1),
     )
@@ -58,7 +59,7 @@ class DPGD(Algorithm):
         T = int(self.p["steps"])
         z = self.accountant.calibrate(lambda z: self_composed(gaussian_event(z), T))
         rng = self.rng("dp-gd noise")
-        w = np.zeros(pb.d)
+        w = self.initial_point()
         sens = self.accountant.sensitivity_factor * clip / pb.n
         traj = Trajectory(T)
         traj.log(0, w)

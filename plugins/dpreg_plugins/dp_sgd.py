@@ -30,6 +30,7 @@ class DPSGD(Algorithm):
     paper = "lowy-ullman-wright-2024-warm-start.txt, Algorithm 3 (DP-SGD)"
     data_access = "resample"
     relation = "add-remove"
+    honours_init = True
     params = COMMON + (
         ParamSpec("batch", "int", None, "expected batch size b (q = b/n)",
                   "b >= sqrt(d eps) (Prop. D.1); practical default max(sqrt(d eps), min(256, n/10))", low=1),
@@ -59,7 +60,7 @@ class DPSGD(Algorithm):
 
         access = Resample(pb.n, self.rng("dp-sgd sampling"))
         noise_rng = self.rng("dp-sgd noise")
-        w = np.zeros(pb.d)
+        w = self.initial_point()
         avg = np.zeros(pb.d)
         pick = int(self.rng("dp-sgd output").integers(1, T + 1))
         chosen = w
