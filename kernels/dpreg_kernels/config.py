@@ -16,6 +16,10 @@ import os
 import numba
 
 FASTMATH: bool = os.environ.get("DPREG_FASTMATH", "1") != "0"
+#: LLVM fast-math flags used when FASTMATH is on: all of "fast" except nnan and
+#: ninf, so the clipping guards against overflowed or NaN per-record norms (see
+#: linear_model) are not optimized away.
+_FM = {"nsz", "arcp", "contract", "afn", "reassoc"} if FASTMATH else False
 CACHE: bool = True
 
 #: Rows are split into at most this many fixed chunks.  The split does not depend
@@ -29,14 +33,14 @@ MIN_CHUNK_ROWS: int = 256
 
 def jit_parallel(signature):
     """Decorator: eager, cached, parallel njit with the project's flags."""
-    return numba.njit(signature, parallel=True, fastmath=FASTMATH, cache=CACHE, nogil=True)
+    return numba.njit(signature, parallel=True, fastmath=_FM, cache=CACHE, nogil=True)
 
 
 def jit_serial(signature):
     """Decorator: eager, cached, serial njit with the project's flags."""
-    return numba.njit(signature, parallel=False, fastmath=FASTMATH, cache=CACHE, nogil=True)
+    return numba.njit(signature, parallel=False, fastmath=_FM, cache=CACHE, nogil=True)
 
 
 def jit_scalar(signature):
     """Decorator for small scalar helpers (loss derivatives): cached, inlinable."""
-    return numba.njit(signature, fastmath=FASTMATH, cache=CACHE)
+    return numba.njit(signature, fastmath=_FM, cache=CACHE)

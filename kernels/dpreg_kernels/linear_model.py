@@ -60,6 +60,8 @@ def _clipped_grad_sum(X, y, idx, w, r, dphi, clip):
 
     Returns ``(sum, n_clipped)``.  Each term has norm at most ``clip`` by
     construction, whatever the data: this is where the O1 sensitivity is enforced.
+    A term whose norm is not finite (overflow, NaN) counts as clipped and is
+    dropped (contributes 0).
     """
     b = idx.shape[0]
     d = X.shape[1]
@@ -92,13 +94,15 @@ def _clipped_grad_sum(X, y, idx, w, r, dphi, clip):
             a = dphi(m, y[i])
             g2 = a * a * xx + 2.0 * a * xr + rr
             s = 1.0
-            if g2 > clip2:
-                s = clip / np.sqrt(g2)
+            if not g2 <= clip2:
                 k += 1
-            sa = s * a
-            for j in range(d):
-                acc[j] += sa * xi[j]
-            cs += s
+                # a norm that overflowed or is NaN (absurd record) drops the term
+                s = clip / np.sqrt(g2) if g2 < np.inf else 0.0
+            if s > 0.0:
+                sa = s * a
+                for j in range(d):
+                    acc[j] += sa * xi[j]
+                cs += s
         coef[c] = cs
         ncl[c] = k
     out = np.zeros(d)
@@ -157,13 +161,15 @@ def _clipped_diff_sum(X, y, idx, w, wp, r, rp, dphi, clip):
             a = dphi(m, yi) - dphi(mp, yi)
             g2 = a * a * xx + 2.0 * a * xr + rr
             s = 1.0
-            if g2 > clip2:
-                s = clip / np.sqrt(g2)
+            if not g2 <= clip2:
                 k += 1
-            sa = s * a
-            for j in range(d):
-                acc[j] += sa * xi[j]
-            cs += s
+                # a norm that overflowed or is NaN (absurd record) drops the term
+                s = clip / np.sqrt(g2) if g2 < np.inf else 0.0
+            if s > 0.0:
+                sa = s * a
+                for j in range(d):
+                    acc[j] += sa * xi[j]
+                cs += s
         coef[c] = cs
         ncl[c] = k
     out = np.zeros(d)
