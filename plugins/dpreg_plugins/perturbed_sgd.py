@@ -15,8 +15,9 @@ records can no longer pay for the next oracle query or after ``max_steps``.
 Oracle (Alg 2).  A SPIDER running sum: when the drift (squared distance moved
 since the last O1 query) reaches ``kappa`` the oracle queries O1 (``minibatch``,
 per-record gradients clipped to C, batch b1) and starts a new sum; otherwise it
-adds O2 (``spider-diff``, per-record differences clipped to M|x_{t-1}-x_{t-2}|,
-batch b2).  The sum is released through the ``--noise`` mechanism, so
+adds O2 (per-record differences clipped to min(M|x_{t-1}-x_{t-2}|, 2C), batch
+b2; 2C bounds a difference of two C-bounded gradients).  The running sum is
+:class:`~dpreg_plugins.spider_core.SpiderEstimator`, released through the ``--noise`` mechanism, so
 ``gaussian`` gives exactly Alg 2 (noise z*sensitivity on every increment; z plays
 the role of sqrt(c log(1/delta))/eps) and ``tree`` releases the same prefix sums
 with binary-tree noise.  The only perturbation is the privacy noise already in
@@ -55,7 +56,10 @@ from dpreg.interfaces import Algorithm, NoiseMechanism, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.trajectory import Trajectory
 
+from .spider_core import SpiderEstimator
+
 PAPER = "perturbed-sgd-adaptive-spider-distributed-sosp.txt"
+LOG_MAX = 50
 
 
 # --------------------------------------------------------------------- defaults
@@ -76,28 +80,25 @@ def theorem2_kappa(n: int, d: int, eps: float, G: float, M: float, rho: float, U
 
 # ----------------------------------------------------------------------- oracle
 class AdaptiveSpiderOracle:
-    """Alg 2 (adaptive DP-SPIDER) over a :class:`NoiseMechanism`, single pass.
+    """Alg 2 (adaptive DP-SPIDER), single pass, over
+    :class:`~dpreg_plugins.spider_core.SpiderEstimator` (the shared SPIDER
+    running sum on any noise mechanism).
 
-    ``query(x)`` returns the noisy estimate of grad F(x) (or raises
+    ``query(x)`` returns the noisy estimate of grad F(x), or raises
     :class:`~dpreg.access.Exhausted` *before* any release when the unused
-    records cannot pay for the query).  O1 when ``drift >= kappa`` (new running
-    sum), O2 otherwise.
+    records cannot pay for the query.  O1 (batch b1, new running sum) when
+    ``drift >= kappa``, O2 (batch b2) otherwise; drift is the squared distance
+    the query point moved since the last O1.
     """
 
-    def __init__(self, problem, mechanism: NoiseMechanism, access: SinglePass, *, clip: float,
-                 smoothness: float, factor: float, b1: int, b2: int, kappa: float):
-        from .oracles import MinibatchOracle, SpiderDiffOracle
-
-        self.o1 = MinibatchOracle(problem)
-        self.o2 = SpiderDiffOracle(problem)
-        self.mech = mechanism
+    def __init__(self, estimator, access: SinglePass, *, b1: int, b2: int, kappa: float):
+        self.est = estimator
         self.access = access
-        self.clip, self.M, self.factor = float(clip), float(smoothness), float(factor)
         self.b1, self.b2, self.kappa = int(b1), int(b2), float(kappa)
         self.drift = math.inf  # Alg 2 line 1: drift <- kappa (forces O1 first)
         self.prev: np.ndarray | None = None
         self.g: np.ndarray | None = None
-        self.n_o1 = self.n_o2 = self.n_reused = self.n_clipped = 0
+        self.n_reused = self.n_clipped = 0
 
     def query(self, x: np.ndarray) -> np.ndarray:
         if self.prev is not None:
@@ -106,20 +107,15 @@ class AdaptiveSpiderOracle:
                 self.n_reused += 1
                 return self.g.copy()
             self.drift += moved
-        if self.drift >= self.kappa or self.g is None:
+        if self.g is None or self.drift >= self.kappa:
             idx, part = self.access.take(self.b1)  # Exhausted: nothing released
-            est = self.o1.estimate(x, idx, part, clip=self.clip, factor=self.factor)
-            if self.n_o1 + self.n_o2 > 0:
-                self.mech.reset()
-            self.g = self.mech.add(est.value, est.sensitivity, part)
+            rel = self.est.refresh(x, idx, part)
             self.drift = 0.0
-            self.n_o1 += 1
         else:
             idx, part = self.access.take(self.b2)
-            est = self.o2.estimate(x, self.prev, idx, part, smoothness=self.M, factor=self.factor)
-            self.g = self.mech.add(est.value, est.sensitivity, part)
-            self.n_o2 += 1
-        self.n_clipped += est.clipped
+            rel = self.est.update(x, self.prev, idx, part)
+        self.n_clipped += rel.clipped
+        self.g = np.array(rel.value, dtype=float)
         self.prev = np.array(x, dtype=float)
         return self.g.copy()
 
@@ -167,6 +163,9 @@ class PerturbedSGD(Algorithm):
                   "Alg 2 horizon T = O(U/(eta chi^2)); default: until the records run out", low=1),
         ParamSpec("clip", "float", None, "per-record gradient clipping bound C (O1 sensitivity 2C/b1)",
                   "C = G, the loss's declared Lipschitz constant", low=0, low_open=True),
+        ParamSpec("diff_clip", "float", None, "O2 per-record clip factor M': differences clipped to M'|x_t - x_{t-1}|",
+                  "Alg 2 line 10: O2 sensitivity M|x_{t-1} - x_{t-2}|/b2 with M the declared smoothness; "
+                  "a smaller M' (enforced by clipping) trades bias for less noise", low=0, low_open=True),
         ParamSpec("radius", "float", None, "project iterates onto the ball of this radius",
                   "the loss's feasible radius if it has one, else no projection", low=0, low_open=True),
         ParamSpec("init", "str", "zero", "initial point x0",
@@ -192,6 +191,7 @@ class PerturbedSGD(Algorithm):
         Q = p["repeats"] or math.ceil(2.5 * math.log(1 / 0.1))
         kappa = p["kappa"] if p["kappa"] is not None else theorem2_kappa(n, d, eps, G, M, rho, U)
         clip = p["clip"] if p["clip"] is not None else G
+        diff_clip = p["diff_clip"] if p["diff_clip"] is not None else M
         radius = p["radius"] if p["radius"] is not None else pb.loss.radius
 
         def horizon_for(b1, b2):
@@ -214,7 +214,7 @@ class PerturbedSGD(Algorithm):
         if b1 > n:
             raise ParameterError(f"batch1={b1} exceeds n={n}")
         return dict(alpha=alpha, chi=chi, eta=eta, escape_steps=int(T_esc), escape_radius=S,
-                    repeats=int(Q), kappa=kappa, batch1=int(b1), batch2=int(b2), clip=clip,
+                    repeats=int(Q), kappa=kappa, batch1=int(b1), batch2=int(b2), clip=clip, diff_clip=diff_clip,
                     radius=radius, U=U, iota=iota, noise_multiplier=z, horizon=H,
                     batch1_paper=b1_paper, batch2_paper=b2_paper)
 
@@ -227,11 +227,11 @@ class PerturbedSGD(Algorithm):
         eta, chi, S, T_esc, Q = r["eta"], r["chi"], r["escape_radius"], r["escape_steps"], r["repeats"]
         radius = r["radius"]
         access = SinglePass(pb.n, self.rng("perturbed-sgd batches"))
-        mech = self.noise(dim=pb.d, noise_multiplier=r["noise_multiplier"], horizon=r["horizon"],
-                          accountant=self.accountant, seed=np.random.SeedSequence([self.seed, 0x95D]))
-        oracle = AdaptiveSpiderOracle(pb, mech, access, clip=r["clip"], smoothness=pb.constants()[1],
-                                      factor=self.accountant.sensitivity_factor,
-                                      b1=r["batch1"], b2=r["batch2"], kappa=r["kappa"])
+        est = SpiderEstimator(pb, self.noise, noise_multiplier=r["noise_multiplier"],
+                              horizon=r["horizon"], accountant=self.accountant,
+                              seed=np.random.SeedSequence([self.seed, 0x95D]), clip=r["clip"],
+                              smoothness=r["diff_clip"], diff_cap=2 * r["clip"])
+        oracle = AdaptiveSpiderOracle(est, access, b1=r["batch1"], b2=r["batch2"], kappa=r["kappa"])
         if self.p["init"] == "random":
             x = self.rng("perturbed-sgd init").standard_normal(pb.d)
             x *= 0.01 / max(np.linalg.norm(x), 1e-300)
@@ -241,6 +241,7 @@ class PerturbedSGD(Algorithm):
         traj = Trajectory(max(1, pb.n // r["batch2"]))
         traj.log(0, x)
         stats = dict(escape_tests=0, escape_attempts=0, escapes=0)
+        log: list[dict] = []  # first LOG_MAX escape tests: where, how many attempts, outcome
         steps = 0
         certified = False
         stop = "records exhausted"
@@ -269,6 +270,7 @@ class PerturbedSGD(Algorithm):
                 # lines 6-21: saddle-point escape test around x~
                 stats["escape_tests"] += 1
                 x_tilde = x.copy()
+                t_tilde = steps
                 out = x_tilde
                 escaped = False
                 for _q in range(Q):
@@ -282,6 +284,9 @@ class PerturbedSGD(Algorithm):
                             break
                     if escaped:
                         break
+                if len(log) < LOG_MAX:
+                    log.append({"step": t_tilde, "x_tilde_norm": float(np.linalg.norm(x_tilde)),
+                                "attempts": _q + 1, "escaped": escaped})
                 if not escaped:                                   # line 20-21
                     certified = True
                     stop = "no escape from x~ in Q attempts"
@@ -296,10 +301,10 @@ class PerturbedSGD(Algorithm):
             out = x
         traj.finish(steps, out)
         info = dict(r)
-        info.update(stats, certified=certified, stop_reason=stop, o1_queries=oracle.n_o1,
-                    o2_queries=oracle.n_o2, reused_queries=oracle.n_reused,
+        info.update(stats, escape_log=log, certified=certified, stop_reason=stop, o1_queries=est.phases,
+                    o2_queries=est.o2_calls, reused_queries=oracle.n_reused,
                     clipped_terms=oracle.n_clipped, noise=self.noise.name, trajectory=traj)
-        return RunOutput(np.array(out, dtype=float), steps, access.used, access.used,
+        return RunOutput(np.array(out, dtype=float), steps, access.used, est.gradient_evaluations,
                          traj.series, info)
 
 
