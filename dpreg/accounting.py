@@ -49,7 +49,16 @@ def check_budget_args(epsilon: float, delta: float) -> None:
 def _dpa():
     import dp_accounting  # lazy: keeps `dpreg --help` fast
 
+    global _ABSL_QUIET
+    if not _ABSL_QUIET:  # dp-accounting warns through absl on extreme trial events
+        import logging
+
+        logging.getLogger("absl").setLevel(logging.ERROR)
+        _ABSL_QUIET = True
     return dp_accounting
+
+
+_ABSL_QUIET = False
 
 
 class Accountant(ABC):

@@ -58,7 +58,8 @@ def cli():
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="algorithm parameter (repeatable; see dpreg info ALGO)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of every random draw")
 @click.option("--alpha", type=float, default=None, help="report whether the output is an alpha-SOSP")
-@click.option("--out", type=click.Path(dir_okay=False), default=None, help="write the JSON record here")
+@click.option("--out", type=click.Path(dir_okay=False), default="run.json", show_default=True,
+              help="write the JSON record here ('none': do not write one)")
 @click.option("--json", "as_json", is_flag=True, help="print the whole JSON record on stdout")
 @user_errors
 def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, seed,
@@ -66,6 +67,9 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
     """Run one private optimization and report privacy spent and metrics."""
     from .pipeline import DEFAULTS, RunConfig, run_pipeline
     from .results import to_json
+
+    if out is not None and out.strip().lower() in ("none", ""):
+        out = None
 
     cfg = RunConfig(algo=algo or DEFAULTS["algo"], noise=noise, loss=loss or DEFAULTS["loss"],
                     data=data or DEFAULTS["data"], test_data=test_data, test_fraction=test_fraction,
