@@ -36,6 +36,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.perturbed_sgd",
     "dpreg_plugins.selectors",
     "dpreg_plugins.warm_start",
+    "dpreg_plugins.audit_command",
 )
 
 ENTRY_POINT_GROUP = "dpreg"

@@ -1,0 +1,435 @@
+"""Empirical privacy audit: a statistical *lower* bound on the epsilon a
+mechanism or a whole algorithm really has, to set beside the epsilon its
+accountant claims.
+
+How it works (:func:`run_audit`):
+
+1. Two neighbouring data sets that differ in one crafted **canary** record:
+   ``n - 1`` *null* records (``x = 0``, ``y = +1``: their per-record gradient
+   and gradient difference are exactly zero for a loss without a
+   data-independent term, e.g. ``logistic``) plus the canary ``x = c e_1``,
+   ``y = +1``.  The neighbour replaces the canary according to the
+   algorithm's neighbouring relation:
+
+   * ``replace-one``: by its mirror ``x = c e_1``, ``y = -1`` (opposite
+     gradient: the worst case, sensitivity 2C of a clipped sum);
+   * ``add-remove``: by a null record - output-equivalent to removing the
+     canary while the public size ``n`` (and hence every sampling rate and
+     every calibrated noise multiplier) stays the same.
+
+   With ``c = 1`` the canary is a legal record (|x| <= 1); ``--canary-norm``
+   larger than 1 feeds a record that bypassed the loaders' scaling, to show
+   that clipping in the kernels, not preprocessing, bounds its influence.
+2. ``trials`` independent runs on each data set, each with its own seed and a
+   fresh accountant, through the algorithm's own code (the registered class
+   on an in-memory :class:`~dpreg.problem.Problem`), or, without ``algo``,
+   through the noise mechanism alone: ``steps`` adds of an increment that
+   holds the canary's contribution (sensitivity 1) in every add
+   (``participation="all"``) or in the first add only (``"disjoint"``).
+3. A distinguishing test on the released output: for an algorithm, the
+   returned iterate projected on the canary direction ``e_1``; for a
+   mechanism, a linear statistic of the whole sequence of releases (Fisher's
+   discriminant, which is the likelihood-ratio test for Gaussian noise).  Its
+   weights, its threshold and its direction are chosen on the first half of
+   the trials of each data set; the error rates are counted on the second
+   half only, so the bound is valid.
+4. Clopper-Pearson upper bounds on the false-positive and false-negative
+   rates (each at level ``(1 - confidence)/2``), turned into a lower bound on
+   epsilon through the (epsilon, delta)-DP hypothesis-testing inequalities
+   ``FPR + e^eps FNR >= 1 - delta`` and ``FNR + e^eps FPR >= 1 - delta``.
+
+With probability at least ``confidence`` (over the audit's own randomness),
+a mechanism that really is (eps, delta)-DP gets ``epsilon_lower <= eps``; so
+``epsilon_lower > epsilon_claimed`` is evidence of a privacy bug.  The bound
+is loose when the canary or the test is weak (subsampling, single pass,
+final-iterate-only release): a low ``epsilon_lower`` proves nothing; a high
+one is a finding.
+
+Fault injection (``fault``) is a **test-only** facility that breaks the
+mechanism on purpose, to show the audit can fail:
+
+* ``"noise-scale=S"``: every Gaussian the run draws is multiplied by ``S``
+  (the noise mechanism is told sensitivities ``S`` times too small; the
+  algorithm's own ``rng`` streams draw scaled normals) while the accounting
+  is unchanged;
+* ``"no-clip"``: the problem's clipped sums ignore the clipping bound.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .accounting import PldAccountant, RdpAccountant, check_budget_args
+from .errors import DpregError, ParameterError
+
+#: small-size defaults per algorithm (only keys the algorithm declares are
+#: used; ``params`` given to the audit override them).  Small clip and step
+#: keep the canary's gradient clipped to exactly C throughout the run.
+AUDIT_PARAMS: dict[str, dict[str, Any]] = {
+    "dp-gd": {"steps": 5, "step": 0.05, "clip": 0.1},
+    "dp-sgd": {"steps": 5, "batch": 5, "step": 0.05, "clip": 0.1},
+    "dp-spider": {"steps": 6, "phase": 3, "step": 0.05, "clip": 0.1},
+    "adaptive-spider": {"step": 0.05, "clip": 0.1},
+    "perturbed-sgd": {"step": 0.05, "clip": 0.1},
+}
+
+FAULTS = ("noise-scale=S", "no-clip")
+
+
+@dataclass
+class AuditConfig:
+    """What ``dpreg audit`` accepts (see ``dpreg audit --help``).
+
+    algo:   algorithm name, or None to audit the noise mechanism alone
+    noise:  noise mechanism (required without ``algo``; else the
+            algorithm's default when it keeps a running sum)
+    trials: runs per data set (half choose the test, half measure it)
+    n, d:   size of the canary data sets
+    steps:  adds per run when auditing a mechanism alone
+    participation: "all" (canary in every add) or "disjoint" (first add only),
+            mechanism audits only
+    canary_norm: |x| of the canary record
+    fault:  TEST-ONLY fault injection (see module docstring)
+    """
+
+    algo: str | None = None
+    noise: str | None = None
+    loss: str = "logistic"
+    epsilon: float = 1.0
+    delta: float = 1e-5
+    accountant: str = "rdp"
+    trials: int = 1000
+    seed: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    n: int = 20
+    d: int = 2
+    steps: int = 8
+    participation: str = "all"
+    canary_norm: float = 1.0
+    confidence: float = 0.95
+    fault: str | None = None
+
+
+@dataclass
+class AuditResult:
+    """Outcome of one audit (JSON-ready through :meth:`as_dict`)."""
+
+    target: str
+    noise: str | None
+    relation: str
+    trials: int
+    epsilon_claimed: float
+    delta: float
+    epsilon_lower: float
+    confidence: float
+    fpr: float
+    fnr: float
+    fpr_upper: float
+    fnr_upper: float
+    threshold: float
+    fault: str | None
+    seconds: float
+    params: dict = field(default_factory=dict)
+
+    @property
+    def violated(self) -> bool:
+        """True when the audited lower bound exceeds the claimed epsilon."""
+        return self.epsilon_lower > self.epsilon_claimed
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["violated"] = self.violated
+        return out
+
+
+# ------------------------------------------------------------------ statistics
+def clopper_pearson_upper(k, n: int, alpha: float):
+    """One-sided (1 - alpha) Clopper-Pearson upper bound on a binomial rate
+    from ``k`` successes in ``n`` trials (vectorized over ``k``)."""
+    from scipy.stats import beta
+
+    k = np.asarray(k, dtype=float)
+    with np.errstate(invalid="ignore"):
+        up = beta.ppf(1.0 - alpha, k + 1.0, np.maximum(n - k, 1e-300))
+    return np.where(k >= n, 1.0, up)
+
+
+def epsilon_lower_bound(fp, n0: int, fn, n1: int, delta: float, confidence: float = 0.95):
+    """Lower bound on epsilon, valid with probability >= ``confidence``, from
+    ``fp`` false positives among ``n0`` runs on the neighbour and ``fn`` false
+    negatives among ``n1`` runs on the canary data set (vectorized)."""
+    alpha = (1.0 - confidence) / 2.0
+    fpr = clopper_pearson_upper(fp, n0, alpha)
+    fnr = clopper_pearson_upper(fn, n1, alpha)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        a = np.log(np.maximum(1.0 - delta - fnr, 0.0) / fpr)
+        b = np.log(np.maximum(1.0 - delta - fpr, 0.0) / fnr)
+    eps = np.maximum(np.maximum(np.nan_to_num(a, nan=0.0, neginf=0.0),
+                                np.nan_to_num(b, nan=0.0, neginf=0.0)), 0.0)
+    return eps, fpr, fnr
+
+
+def _errors(s1, s0, tau, sign):
+    """(false positives, false negatives) of the test "canary present iff
+    sign * stat > tau" (s1: stats with the canary, s0: without)."""
+    s1 = np.sort(sign * np.asarray(s1))
+    s0 = np.sort(sign * np.asarray(s0))
+    tau = np.atleast_1d(tau)
+    fp = len(s0) - np.searchsorted(s0, tau, side="right")  # s0 > tau
+    fn = np.searchsorted(s1, tau, side="right")             # s1 <= tau
+    return fp, fn
+
+
+def choose_test(s1, s0, delta: float, confidence: float) -> tuple[float, int]:
+    """Threshold and direction maximizing the epsilon bound on these (calibration) stats."""
+    best = (-1.0, 0.0, 1)
+    for sign in (1, -1):
+        cand = np.unique(np.concatenate([sign * np.asarray(s1), sign * np.asarray(s0)]))
+        if cand.size > 2000:  # quantile grid keeps this O(trials)
+            cand = np.unique(np.quantile(cand, np.linspace(0, 1, 2001)))
+        fp, fn = _errors(s1, s0, cand, sign)
+        eps, _, _ = epsilon_lower_bound(fp, len(s0), fn, len(s1), delta, confidence)
+        i = int(np.argmax(eps))
+        if eps[i] > best[0]:
+            best = (float(eps[i]), float(cand[i]), sign)
+    return best[1], best[2]
+
+
+def fisher_direction(F1: np.ndarray, F0: np.ndarray) -> np.ndarray:
+    """Fisher's linear discriminant direction from two samples of feature vectors."""
+    mu = F1.mean(axis=0) - F0.mean(axis=0)
+    S = 0.5 * (np.cov(F1, rowvar=False) + np.cov(F0, rowvar=False))
+    S = np.atleast_2d(S)
+    S = S + np.eye(S.shape[0]) * (1e-9 * max(np.trace(S), 1e-300))
+    return np.linalg.solve(S, mu)
+
+
+# ------------------------------------------------------------------ data and runs
+def canary_data(n: int, d: int, relation: str, canary_norm: float = 1.0):
+    """((X, y) with the canary, (X', y') its neighbour); see module docstring."""
+    X = np.zeros((n, d))
+    y = np.ones(n)
+    X[0, 0] = canary_norm
+    X2, y2 = X.copy(), y.copy()
+    if relation == "replace-one":
+        y2[0] = -1.0
+    else:
+        X2[0, 0] = 0.0
+    return (X, y), (X2, y2)
+
+
+def _fast_accountant(acc_cls):
+    """``acc_cls`` whose instances share memo tables across the audit's runs
+    (exact: equal RDP curves / event tuples give equal epsilons)."""
+    if not issubclass(acc_cls, (RdpAccountant, PldAccountant)):
+        return acc_cls
+    curves: dict = {}
+    eps_memo: dict = {}
+
+    class Memo(acc_cls):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self._cache = curves
+
+        if issubclass(acc_cls, RdpAccountant):
+            def _eps_from(self, rdp):
+                key = (rdp.tobytes(), self.delta)
+                v = eps_memo.get(key)
+                if v is None:
+                    v = eps_memo[key] = super()._eps_from(rdp)
+                return v
+
+    Memo.__name__ = acc_cls.__name__
+    Memo.__qualname__ = acc_cls.__qualname__
+    return Memo
+
+
+class _ScaledNormals:
+    """TEST-ONLY fault: a Generator whose normal draws are scaled by ``s``."""
+
+    def __init__(self, gen, s):
+        self._g, self._s = gen, s
+
+    def standard_normal(self, *a, **kw):
+        return self._g.standard_normal(*a, **kw) * self._s
+
+    def normal(self, loc=0.0, scale=1.0, size=None):
+        return self._g.normal(loc, np.asarray(scale) * self._s, size)
+
+    def __getattr__(self, name):
+        return getattr(self._g, name)
+
+
+def _parse_fault(fault):
+    if fault is None:
+        return None, 1.0
+    if fault == "no-clip":
+        return "no-clip", 1.0
+    if fault.startswith("noise-scale="):
+        try:
+            s = float(fault.split("=", 1)[1])
+        except ValueError:
+            s = float("nan")
+        if not (math.isfinite(s) and s > 0):
+            raise ParameterError(f"fault noise-scale=S needs a finite S > 0, got {fault!r}")
+        return "noise-scale", s
+    raise ParameterError(f"unknown fault {fault!r}; test-only faults: {', '.join(FAULTS)}")
+
+
+def _faulty_noise(noise_cls, s):
+    """TEST-ONLY fault: the mechanism is told every sensitivity ``s`` times too small."""
+
+    class Faulty(noise_cls):
+        def add(self, increment, sensitivity, participation):
+            return super().add(increment, float(sensitivity) * s, participation)
+
+    Faulty.__name__ = f"Faulty{noise_cls.__name__}"
+    return Faulty
+
+
+def _unclipped_problem(problem_cls):
+    """TEST-ONLY fault: clipped sums that do not clip."""
+
+    class Unclipped(problem_cls):
+        def clipped_grad_sum(self, w, idx, clip):
+            return super().clipped_grad_sum(w, idx, np.inf)
+
+        def clipped_diff_sum(self, w, w_prev, idx, clip):
+            return super().clipped_diff_sum(w, w_prev, idx, np.inf)
+
+    return Unclipped
+
+
+def _validate(cfg: AuditConfig) -> None:
+    check_budget_args(cfg.epsilon, cfg.delta)
+    if not (isinstance(cfg.trials, int) and cfg.trials >= 20):
+        raise ParameterError(f"trials must be an integer >= 20, got {cfg.trials!r}")
+    if not (isinstance(cfg.n, int) and cfg.n >= 2):
+        raise ParameterError(f"n must be an integer >= 2, got {cfg.n!r}")
+    if not (isinstance(cfg.d, int) and cfg.d >= 1):
+        raise ParameterError(f"d must be an integer >= 1, got {cfg.d!r}")
+    if not (isinstance(cfg.steps, int) and cfg.steps >= 1):
+        raise ParameterError(f"steps must be an integer >= 1, got {cfg.steps!r}")
+    if cfg.participation not in ("all", "disjoint"):
+        raise ParameterError(f"participation must be all or disjoint, got {cfg.participation!r}")
+    if not (math.isfinite(cfg.canary_norm) and cfg.canary_norm > 0):
+        raise ParameterError(f"canary norm must be a finite number > 0, got {cfg.canary_norm!r}")
+    if not (0 < cfg.confidence < 1):
+        raise ParameterError(f"confidence must be in (0, 1), got {cfg.confidence!r}")
+
+
+def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = None) -> AuditResult:
+    """Run the audit described by ``cfg`` (see the module docstring)."""
+    from .params import bind, parse_pairs
+    from .problem import Problem
+    from .registry import get_registry
+
+    _validate(cfg)
+    fault, scale = _parse_fault(cfg.fault)
+    reg = get_registry()
+    acc_cls = _fast_accountant(reg.get("accountant", cfg.accountant))
+    progress = progress or (lambda i, total: None)
+    t0 = time.perf_counter()
+    seeds = [int(s) for s in np.random.SeedSequence(cfg.seed).generate_state(2 * cfg.trials, dtype=np.uint32)]
+
+    if cfg.algo is None:
+        if cfg.noise is None:
+            raise ParameterError("give --algo NAME, or --noise NAME to audit a noise mechanism alone")
+        noise_cls = reg.get("noise", cfg.noise)
+        if fault == "no-clip":
+            raise ParameterError("fault no-clip needs an algorithm (a mechanism alone clips nothing)")
+        run_cls = _faulty_noise(noise_cls, scale) if fault == "noise-scale" else noise_cls
+        relation, params = "add-remove", {}
+        T, kind = cfg.steps, cfg.participation
+        unit = np.zeros(cfg.d)
+        unit[0] = 1.0
+
+        def trial(present: bool, seed: int):
+            acc = acc_cls(cfg.epsilon, cfg.delta, relation)
+            z = acc.calibrate(lambda z: noise_cls.record_event(z, T, kind, T))
+            mech = run_cls(dim=cfg.d, noise_multiplier=z, horizon=T, accountant=acc, seed=seed)
+            from .interfaces import Participation
+
+            out = np.empty(T)
+            for t in range(T):
+                inc = unit if present and (kind == "all" or t == 0) else np.zeros(cfg.d)
+                part = Participation.all() if kind == "all" else Participation.disjoint(("audit", t))
+                out[t] = mech.add(inc, 1.0, part)[0]
+            return out, acc.epsilon_spent
+
+        target = f"noise {cfg.noise} ({kind}, {T} adds)"
+    else:
+        algo_cls = reg.get("algorithm", cfg.algo)
+        loss = reg.get("loss", cfg.loss)
+        if cfg.noise is not None and not algo_cls.uses_noise:
+            raise ParameterError(f"algorithm {cfg.algo!r} keeps no running sum and takes no --noise")
+        noise_name = cfg.noise
+        if noise_name is None and algo_cls.uses_noise:
+            noise_name = "tree" if "tree" in reg.names("noise") else "gaussian"
+        noise_cls = reg.get("noise", noise_name) if noise_name else None
+        if noise_cls is not None and fault == "noise-scale":
+            noise_cls = _faulty_noise(noise_cls, scale)
+        declared = {s.name for s in algo_cls.params}
+        given = parse_pairs(cfg.params) if isinstance(cfg.params, (list, tuple)) else dict(cfg.params)
+        merged = {k: v for k, v in AUDIT_PARAMS.get(cfg.algo, {}).items() if k in declared}
+        merged.update(given)
+        params = bind(algo_cls.params, merged, f"algorithm {cfg.algo!r}")
+        relation = algo_cls.relation_for(params)
+        (X1, y1), (X0, y0) = canary_data(cfg.n, cfg.d, relation, cfg.canary_norm)
+        pcls = _unclipped_problem(Problem) if fault == "no-clip" else Problem
+        problems = {True: pcls(loss, X1, y1, name="audit canary"),
+                    False: pcls(loss, X0, y0, name="audit neighbour")}
+        noise_name = noise_name
+
+        def trial(present: bool, seed: int):
+            acc = acc_cls(cfg.epsilon, cfg.delta, relation)
+            algo = algo_cls(problems[present], params, noise=noise_cls, accountant=acc, seed=seed)
+            if fault == "noise-scale":
+                orig = algo.rng
+                algo.rng = lambda stream: _ScaledNormals(orig(stream), scale)
+            out = algo.run()
+            w = np.nan_to_num(np.asarray(out.w, dtype=float), nan=1e300, posinf=1e300, neginf=-1e300)
+            return np.array([w[0]]), acc.epsilon_spent
+
+        target = f"algorithm {cfg.algo}"
+        params = {k: v for k, v in params.items()}
+
+    feats = {True: [], False: []}
+    claimed = 0.0
+    import numba
+
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)  # tiny problems: thread start-up would dominate
+    try:
+        total = 2 * cfg.trials
+        for i in range(cfg.trials):
+            for present, seed in ((True, seeds[2 * i]), (False, seeds[2 * i + 1])):
+                f, eps = trial(present, seed)
+                feats[present].append(f)
+                claimed = max(claimed, float(eps))
+            progress(2 * i + 2, total)
+    except DpregError:
+        raise
+    finally:
+        numba.set_num_threads(threads)
+    F1, F0 = np.array(feats[True]), np.array(feats[False])
+    h = cfg.trials // 2
+    if F1.shape[1] > 1:
+        v = fisher_direction(F1[:h], F0[:h])
+        s1, s0 = F1 @ v, F0 @ v
+    else:
+        s1, s0 = F1[:, 0], F0[:, 0]
+    tau, sign = choose_test(s1[:h], s0[:h], cfg.delta, cfg.confidence)
+    fp, fn = _errors(s1[h:], s0[h:], tau, sign)
+    n1, n0 = len(s1) - h, len(s0) - h
+    eps, fpr_u, fnr_u = epsilon_lower_bound(fp, n0, fn, n1, cfg.delta, cfg.confidence)
+    return AuditResult(
+        target=target, noise=cfg.noise if cfg.algo is None else noise_name, relation=relation,
+        trials=cfg.trials, epsilon_claimed=claimed, delta=cfg.delta, epsilon_lower=float(eps[0]),
+        confidence=cfg.confidence, fpr=float(fp[0]) / n0, fnr=float(fn[0]) / n1,
+        fpr_upper=float(fpr_u[0]), fnr_upper=float(fnr_u[0]), threshold=float(tau), fault=cfg.fault,
+        seconds=time.perf_counter() - t0, params=params)
