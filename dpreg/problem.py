@@ -14,6 +14,8 @@ import numpy as np
 
 from .interfaces import LinearModelLoss
 
+_NO_ROWS = np.zeros(0, dtype=np.int64)
+
 
 @dataclass
 class Problem:
@@ -58,11 +60,29 @@ class Problem:
         return np.ascontiguousarray(idx, dtype=np.int64)
 
     # ------------------------------------------------------ clipped (private) sums
+    @property
+    def _nx(self) -> np.ndarray:
+        """Squared row norms |x_i|^2 (n floats, computed once per X object; the
+        hot kernels read them instead of a third dot product per row).  X must
+        not be modified in place after the first clipped sum."""
+        cache = self.__dict__.get("_nx_cache")
+        if cache is None or cache[0] is not self.X:
+            cache = (self.X, self._k.row_sqnorms(self.X))
+            self.__dict__["_nx_cache"] = cache
+        return cache[1]
+
+    def _batch(self, idx):
+        """(idx array, full flag) for the kernels: ``None`` is the full batch."""
+        if idx is None:
+            return _NO_ROWS, True
+        return np.ascontiguousarray(idx, dtype=np.int64), False
+
     def clipped_grad_sum(self, w: np.ndarray, idx: np.ndarray | None, clip: float):
         """(sum over idx of per-record gradients each clipped to norm ``clip``, n_clipped)."""
         w = np.ascontiguousarray(w, dtype=np.float64)
         r = np.ascontiguousarray(self.loss.psi_grad(w), dtype=np.float64)
-        return self._k.clipped_grad_sum(self.X, self.y, self._idx(idx), w, r, self._scalars[1], float(clip))
+        ix, full = self._batch(idx)
+        return self._k.grad_sum(self.X, self.y, self._nx, ix, full, w, r, self._scalars[1], float(clip))
 
     def clipped_diff_sum(self, w: np.ndarray, w_prev: np.ndarray, idx: np.ndarray | None, clip: float):
         """(sum over idx of per-record gradient differences grad f(w) - grad f(w_prev),
@@ -71,8 +91,9 @@ class Problem:
         wp = np.ascontiguousarray(w_prev, dtype=np.float64)
         r = np.ascontiguousarray(self.loss.psi_grad(w), dtype=np.float64)
         rp = np.ascontiguousarray(self.loss.psi_grad(wp), dtype=np.float64)
-        return self._k.clipped_diff_sum(self.X, self.y, self._idx(idx), w, wp, r, rp,
-                                        self._scalars[1], float(clip))
+        ix, full = self._batch(idx)
+        return self._k.diff_sum(self.X, self.y, self._nx, ix, full, w, wp, r, rp,
+                                self._scalars[1], float(clip))
 
     # ------------------------------------------------- exact (evaluation) quantities
     def value(self, w: np.ndarray, idx: np.ndarray | None = None) -> float:

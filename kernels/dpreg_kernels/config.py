@@ -12,6 +12,7 @@ Environment:
 from __future__ import annotations
 
 import os
+import types
 
 import numba
 
@@ -29,6 +30,9 @@ MAX_CHUNKS: int = 64
 #: Chunks are never smaller than this many rows (small batches stay in one chunk
 #: per few threads instead of paying scheduling overhead).
 MIN_CHUNK_ROWS: int = 256
+#: Rows processed together in the two hot kernels (one pass over BLOCK rows for
+#: the dot products, one for the accumulation).  The code is written for 4.
+BLOCK: int = 4
 
 
 def jit_parallel(signature):
@@ -37,10 +41,31 @@ def jit_parallel(signature):
 
 
 def jit_serial(signature):
-    """Decorator: eager, cached, serial njit with the project's flags."""
-    return numba.njit(signature, parallel=False, fastmath=_FM, cache=CACHE, nogil=True)
+    """Decorator: eager, cached, serial njit with the project's flags.
+
+    The serial variant is compiled from a copy of the function renamed
+    ``<name>__serial``: numba's on-disk cache is keyed by the function's
+    qualified name, line and signature but not by the ``parallel`` flag, so
+    without the rename the serial and parallel variants of one function would
+    load each other's machine code from the cache."""
+
+    def deco(func):
+        clone = types.FunctionType(func.__code__, func.__globals__, func.__name__ + "__serial",
+                                   func.__defaults__, func.__closure__)
+        clone.__qualname__ = func.__qualname__ + "__serial"
+        clone.__module__ = func.__module__
+        clone.__doc__ = func.__doc__
+        return numba.njit(signature, parallel=False, fastmath=_FM, cache=CACHE, nogil=True)(clone)
+
+    return deco
 
 
 def jit_scalar(signature):
     """Decorator for small scalar helpers (loss derivatives): cached, inlinable."""
     return numba.njit(signature, fastmath=_FM, cache=CACHE)
+
+
+def jit_inline(func):
+    """Decorator for small helpers called only from kernels: inlined into the
+    caller at numba-IR level, compiled with the caller's types."""
+    return numba.njit(fastmath=_FM, cache=CACHE, inline="always")(func)

@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 from numba import prange, types
 
-from .config import MAX_CHUNKS, MIN_CHUNK_ROWS, jit_parallel, jit_serial
+from .config import BLOCK, MAX_CHUNKS, MIN_CHUNK_ROWS, jit_inline, jit_parallel, jit_serial
+from .intrinsics import prefetch
 
 f8 = types.float64
 i8 = types.int64
@@ -54,55 +55,163 @@ def _n_chunks(b):
 n_chunks = jit_serial(i8(i8))(_n_chunks)
 
 
-def _clipped_grad_sum(X, y, idx, w, r, dphi, clip):
-    """Sum over rows ``i in idx`` of ``min(1, clip/|g_i|) g_i`` with
-    ``g_i = dphi(<x_i,w>, y_i) x_i + r``.
+def _ahead(d):
+    """Rows a gather kernel prefetches ahead of the block it works on: two
+    blocks for short rows (little work per row), one block for long ones."""
+    return 2 * BLOCK if d < 128 else BLOCK
 
-    Returns ``(sum, n_clipped)``.  Each term has norm at most ``clip`` by
-    construction, whatever the data: this is where the O1 sensitivity is enforced.
-    A term whose norm is not finite (overflow, NaN) counts as clipped and is
-    dropped (contributes 0).
+
+def _prefetch_row(xq):
+    d = xq.shape[0]
+    for j in range(0, d, 8):
+        prefetch(xq, j)
+    prefetch(xq, d - 1)
+
+
+def _scale(g2, clip, clip2):
+    """Clip factor of a per-record term with squared norm ``g2``:
+    1 if ``g2 <= clip^2``, ``clip/sqrt(g2)`` above, 0 (term dropped) when the
+    norm overflowed or is NaN, so a term's norm never exceeds ``clip``."""
+    if g2 <= clip2:
+        return 1.0
+    if g2 < np.inf:
+        return clip / np.sqrt(g2)
+    return 0.0
+
+
+def _over(g2, clip2):
+    """1 if a term of squared norm ``g2`` is clipped (or dropped), else 0."""
+    if g2 <= clip2:
+        return 0
+    return 1
+
+
+def _grad_sum(X, y, nx, idx, full, w, r, dphi, clip):
+    """Sum over the batch of ``min(1, clip/|g_i|) g_i`` with
+    ``g_i = dphi(<x_i,w>, y_i) x_i + r`` (``r`` = gradient of the
+    data-independent term psi at w).
+
+    The batch is all rows ``0..n-1`` when ``full`` (``idx`` ignored), else the
+    rows ``idx`` (repeats allowed).  ``nx[i] = |x_i|^2`` for every row of ``X``
+    (:func:`row_sqnorms`).  Returns ``(sum, n_clipped)``.  Each term has norm at
+    most ``clip`` whatever the data (a non-finite norm drops the term and counts
+    as clipped): this is where the O1 sensitivity is enforced.
+
+    Rows are processed 4 at a time inside each fixed chunk (one pass over the
+    4 rows for the dot products, one for the accumulation; the gather variant
+    prefetches the next block's rows): X is read once.
     """
-    b = idx.shape[0]
+    n = X.shape[0]
     d = X.shape[1]
+    b = n if full else idx.shape[0]
     nc = n_chunks(b)
     step = (b + nc - 1) // nc
     part = np.zeros((nc, d))
     coef = np.zeros(nc)  # sum of clip factors (multiplies r)
     ncl = np.zeros(nc, dtype=np.int64)
+    zero = np.zeros(d)
     rr = 0.0
     for j in range(d):
         rr += r[j] * r[j]
     clip2 = clip * clip
+    ahead = _ahead(d)
     for c in prange(nc):
         lo = c * step
         hi = min(b, lo + step)
         acc = part[c]
         cs = 0.0
         k = 0
-        for t in range(lo, hi):
-            i = idx[t]
+        t = lo
+        while t + BLOCK <= hi:
+            if full:
+                i0 = t
+                i1 = t + 1
+                i2 = t + 2
+                i3 = t + 3
+            else:
+                i0 = idx[t]
+                i1 = idx[t + 1]
+                i2 = idx[t + 2]
+                i3 = idx[t + 3]
+                if t + ahead + BLOCK <= hi:
+                    for q in range(t + ahead, t + ahead + BLOCK):
+                        _prefetch_row(X[idx[q]])
+            x0 = X[i0]
+            x1 = X[i1]
+            x2 = X[i2]
+            x3 = X[i3]
+            m0 = 0.0
+            m1 = 0.0
+            m2 = 0.0
+            m3 = 0.0
+            p0 = 0.0
+            p1 = 0.0
+            p2 = 0.0
+            p3 = 0.0
+            for j in range(d):
+                wj = w[j]
+                rj = r[j]
+                v0 = x0[j]
+                v1 = x1[j]
+                v2 = x2[j]
+                v3 = x3[j]
+                m0 += v0 * wj
+                m1 += v1 * wj
+                m2 += v2 * wj
+                m3 += v3 * wj
+                p0 += v0 * rj
+                p1 += v1 * rj
+                p2 += v2 * rj
+                p3 += v3 * rj
+            a0 = dphi(m0, y[i0])
+            a1 = dphi(m1, y[i1])
+            a2 = dphi(m2, y[i2])
+            a3 = dphi(m3, y[i3])
+            g0 = a0 * a0 * nx[i0] + 2.0 * a0 * p0 + rr
+            g1 = a1 * a1 * nx[i1] + 2.0 * a1 * p1 + rr
+            g2 = a2 * a2 * nx[i2] + 2.0 * a2 * p2 + rr
+            g3 = a3 * a3 * nx[i3] + 2.0 * a3 * p3 + rr
+            k += _over(g0, clip2) + _over(g1, clip2) + _over(g2, clip2) + _over(g3, clip2)
+            s0 = _scale(g0, clip, clip2)
+            s1 = _scale(g1, clip, clip2)
+            s2 = _scale(g2, clip, clip2)
+            s3 = _scale(g3, clip, clip2)
+            # a dropped term (s = 0) reads a zero row: 0 * inf never enters
+            if s0 == 0.0:
+                x0 = zero
+            if s1 == 0.0:
+                x1 = zero
+            if s2 == 0.0:
+                x2 = zero
+            if s3 == 0.0:
+                x3 = zero
+            c0 = s0 * a0
+            c1 = s1 * a1
+            c2 = s2 * a2
+            c3 = s3 * a3
+            for j in range(d):
+                acc[j] += (c0 * x0[j] + c1 * x1[j]) + (c2 * x2[j] + c3 * x3[j])
+            cs += (s0 + s1) + (s2 + s3)
+            t += BLOCK
+        while t < hi:
+            i = t if full else idx[t]
             xi = X[i]
             m = 0.0
-            xr = 0.0
-            xx = 0.0
+            p = 0.0
             for j in range(d):
                 v = xi[j]
                 m += v * w[j]
-                xr += v * r[j]
-                xx += v * v
+                p += v * r[j]
             a = dphi(m, y[i])
-            g2 = a * a * xx + 2.0 * a * xr + rr
-            s = 1.0
-            if not g2 <= clip2:
-                k += 1
-                # a norm that overflowed or is NaN (absurd record) drops the term
-                s = clip / np.sqrt(g2) if g2 < np.inf else 0.0
-            if s > 0.0:
+            g = a * a * nx[i] + 2.0 * a * p + rr
+            k += _over(g, clip2)
+            s = _scale(g, clip, clip2)
+            if s != 0.0:
                 sa = s * a
                 for j in range(d):
                     acc[j] += sa * xi[j]
                 cs += s
+            t += 1
         coef[c] = cs
         ncl[c] = k
     out = np.zeros(d)
@@ -118,58 +227,143 @@ def _clipped_grad_sum(X, y, idx, w, r, dphi, clip):
     return out, nclip
 
 
-def _clipped_diff_sum(X, y, idx, w, wp, r, rp, dphi, clip):
-    """Sum over rows of the clipped per-sample gradient difference
-    ``D_i = grad f(w; z_i) - grad f(wp; z_i) = (a_i - a'_i) x_i + (r - rp)``,
-    each scaled by ``min(1, clip/|D_i|)``.  ``X`` is read once.
-
-    Returns ``(sum, n_clipped)``; each term's norm is at most ``clip``.
+def _diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, clip):
+    """Sum over the batch of the clipped per-sample gradient difference
+    ``D_i = grad f(w; z_i) - grad f(wp; z_i) = (a_i - a'_i) x_i + (r - rp)``
+    (``a_i = dphi(<x_i,w>, y_i)``, ``a'_i = dphi(<x_i,wp>, y_i)``), each scaled
+    by ``min(1, clip/|D_i|)``; batch, ``nx`` and blocking as :func:`_grad_sum`.
+    For a linear-model loss ``D_i`` is a scalar times ``x_i`` plus a constant,
+    so ``X`` is read once.  Returns ``(sum, n_clipped)``; each term's norm is at
+    most ``clip``.
     """
-    b = idx.shape[0]
+    n = X.shape[0]
     d = X.shape[1]
+    b = n if full else idx.shape[0]
     nc = n_chunks(b)
     step = (b + nc - 1) // nc
     part = np.zeros((nc, d))
     coef = np.zeros(nc)
     ncl = np.zeros(nc, dtype=np.int64)
+    zero = np.zeros(d)
     dr = np.empty(d)
     rr = 0.0
     for j in range(d):
         dr[j] = r[j] - rp[j]
         rr += dr[j] * dr[j]
     clip2 = clip * clip
+    ahead = _ahead(d)
     for c in prange(nc):
         lo = c * step
         hi = min(b, lo + step)
         acc = part[c]
         cs = 0.0
         k = 0
-        for t in range(lo, hi):
-            i = idx[t]
+        t = lo
+        while t + BLOCK <= hi:
+            if full:
+                i0 = t
+                i1 = t + 1
+                i2 = t + 2
+                i3 = t + 3
+            else:
+                i0 = idx[t]
+                i1 = idx[t + 1]
+                i2 = idx[t + 2]
+                i3 = idx[t + 3]
+                if t + ahead + BLOCK <= hi:
+                    for q in range(t + ahead, t + ahead + BLOCK):
+                        _prefetch_row(X[idx[q]])
+            x0 = X[i0]
+            x1 = X[i1]
+            x2 = X[i2]
+            x3 = X[i3]
+            m0 = 0.0
+            m1 = 0.0
+            m2 = 0.0
+            m3 = 0.0
+            n0 = 0.0
+            n1 = 0.0
+            n2 = 0.0
+            n3 = 0.0
+            p0 = 0.0
+            p1 = 0.0
+            p2 = 0.0
+            p3 = 0.0
+            for j in range(d):
+                wj = w[j]
+                uj = wp[j]
+                rj = dr[j]
+                v0 = x0[j]
+                v1 = x1[j]
+                v2 = x2[j]
+                v3 = x3[j]
+                m0 += v0 * wj
+                m1 += v1 * wj
+                m2 += v2 * wj
+                m3 += v3 * wj
+                n0 += v0 * uj
+                n1 += v1 * uj
+                n2 += v2 * uj
+                n3 += v3 * uj
+                p0 += v0 * rj
+                p1 += v1 * rj
+                p2 += v2 * rj
+                p3 += v3 * rj
+            y0 = y[i0]
+            y1 = y[i1]
+            y2 = y[i2]
+            y3 = y[i3]
+            a0 = dphi(m0, y0) - dphi(n0, y0)
+            a1 = dphi(m1, y1) - dphi(n1, y1)
+            a2 = dphi(m2, y2) - dphi(n2, y2)
+            a3 = dphi(m3, y3) - dphi(n3, y3)
+            g0 = a0 * a0 * nx[i0] + 2.0 * a0 * p0 + rr
+            g1 = a1 * a1 * nx[i1] + 2.0 * a1 * p1 + rr
+            g2 = a2 * a2 * nx[i2] + 2.0 * a2 * p2 + rr
+            g3 = a3 * a3 * nx[i3] + 2.0 * a3 * p3 + rr
+            k += _over(g0, clip2) + _over(g1, clip2) + _over(g2, clip2) + _over(g3, clip2)
+            s0 = _scale(g0, clip, clip2)
+            s1 = _scale(g1, clip, clip2)
+            s2 = _scale(g2, clip, clip2)
+            s3 = _scale(g3, clip, clip2)
+            if s0 == 0.0:
+                x0 = zero
+            if s1 == 0.0:
+                x1 = zero
+            if s2 == 0.0:
+                x2 = zero
+            if s3 == 0.0:
+                x3 = zero
+            c0 = s0 * a0
+            c1 = s1 * a1
+            c2 = s2 * a2
+            c3 = s3 * a3
+            for j in range(d):
+                acc[j] += (c0 * x0[j] + c1 * x1[j]) + (c2 * x2[j] + c3 * x3[j])
+            cs += (s0 + s1) + (s2 + s3)
+            t += BLOCK
+        while t < hi:
+            i = t if full else idx[t]
             xi = X[i]
             m = 0.0
             mp = 0.0
-            xr = 0.0
-            xx = 0.0
+            p = 0.0
             for j in range(d):
                 v = xi[j]
                 m += v * w[j]
                 mp += v * wp[j]
-                xr += v * dr[j]
-                xx += v * v
+                p += v * dr[j]
             yi = y[i]
             a = dphi(m, yi) - dphi(mp, yi)
-            g2 = a * a * xx + 2.0 * a * xr + rr
-            s = 1.0
-            if not g2 <= clip2:
-                k += 1
-                # a norm that overflowed or is NaN (absurd record) drops the term
-                s = clip / np.sqrt(g2) if g2 < np.inf else 0.0
-            if s > 0.0:
+            g = a * a * nx[i] + 2.0 * a * p + rr
+            k += _over(g, clip2)
+            s = _scale(g, clip, clip2)
+            if s != 0.0:
                 sa = s * a
                 for j in range(d):
                     acc[j] += sa * xi[j]
                 cs += s
+            t += 1
         coef[c] = cs
         ncl[c] = k
     out = np.zeros(d)
@@ -183,6 +377,20 @@ def _clipped_diff_sum(X, y, idx, w, wp, r, rp, dphi, clip):
     for j in range(d):
         out[j] += tot * dr[j]
     return out, nclip
+
+
+def _row_sqnorms(X):
+    """``|x_i|^2`` for every row (computed once per data set, O(n) memory)."""
+    n = X.shape[0]
+    d = X.shape[1]
+    out = np.empty(n)
+    for i in prange(n):
+        xi = X[i]
+        s = 0.0
+        for j in range(d):
+            s += xi[j] * xi[j]
+        out[i] = s
+    return out
 
 
 def _phi_sum(X, y, idx, w, phi):
@@ -273,18 +481,38 @@ def _hessian_sum(X, y, idx, w, d2phi):
     return out
 
 
-_GRAD_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Vec, Vec, ScalarFn, f8)
-_DIFF_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Vec, Vec, Vec, Vec, ScalarFn, f8)
+_GRAD_SIG = types.Tuple((Vec, i8))(Mat, Vec, Vec, Idx, types.boolean, Vec, Vec, ScalarFn, f8)
+_DIFF_SIG = types.Tuple((Vec, i8))(Mat, Vec, Vec, Idx, types.boolean, Vec, Vec, Vec, Vec, ScalarFn, f8)
 _PHI_SIG = f8(Mat, Vec, Idx, Vec, ScalarFn)
 _HVP_SIG = Vec(Mat, Vec, Idx, Vec, Vec, ScalarFn)
 _HESS_SIG = types.Array(f8, 2, "C")(Mat, Vec, Idx, Vec, ScalarFn)
 
-clipped_grad_sum = jit_parallel(_GRAD_SIG)(_clipped_grad_sum)
-clipped_diff_sum = jit_parallel(_DIFF_SIG)(_clipped_diff_sum)
+_ahead = jit_inline(_ahead)
+_prefetch_row = jit_inline(_prefetch_row)
+_scale = jit_inline(_scale)
+_over = jit_inline(_over)
+
+#: the two hot kernels, fast entry points (see :func:`_grad_sum`, :func:`_diff_sum`)
+grad_sum = jit_parallel(_GRAD_SIG)(_grad_sum)
+diff_sum = jit_parallel(_DIFF_SIG)(_diff_sum)
+row_sqnorms = jit_parallel(Vec(Mat))(_row_sqnorms)
 phi_sum = jit_parallel(_PHI_SIG)(_phi_sum)
 hvp_sum = jit_parallel(_HVP_SIG)(_hvp_sum)
 hessian_sum = jit_parallel(_HESS_SIG)(_hessian_sum)
 
-#: serial variants of the two hot kernels, for thread-scaling benchmarks
-clipped_grad_sum_serial = jit_serial(_GRAD_SIG)(_clipped_grad_sum)
-clipped_diff_sum_serial = jit_serial(_DIFF_SIG)(_clipped_diff_sum)
+def clipped_grad_sum(X, y, idx, w, r, dphi, clip, nx=None):
+    """(sum over rows ``idx`` of per-record gradients clipped to norm ``clip``,
+    n_clipped) - the original entry point; :func:`grad_sum` with ``full=False``.
+    ``nx`` (:func:`row_sqnorms` of X) is computed when not given."""
+    if nx is None:
+        nx = row_sqnorms(X)
+    return grad_sum(X, y, nx, idx, False, w, r, dphi, clip)
+
+
+def clipped_diff_sum(X, y, idx, w, wp, r, rp, dphi, clip, nx=None):
+    """(sum over rows ``idx`` of per-record gradient differences clipped to norm
+    ``clip``, n_clipped) - the original entry point; :func:`diff_sum` with
+    ``full=False``."""
+    if nx is None:
+        nx = row_sqnorms(X)
+    return diff_sum(X, y, nx, idx, False, w, wp, r, rp, dphi, clip)
