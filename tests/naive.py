@@ -63,3 +63,30 @@ def finite_diff_grad(f, w, h=1e-6):
         e[j] = h
         g[j] = (f(w + e) - f(w - e)) / (2 * h)
     return g
+
+
+# ----------------------------------------------------------- data parts (kernels)
+def row_sqnorms(X):
+    """|x_i|^2 for every row."""
+    return np.array([float(np.dot(x, x)) for x in X])
+
+
+def phi_sum(loss, X, y, idx, w):
+    """Sum over rows idx of phi(<x_i, w>, y_i) (no psi)."""
+    return float(sum(type(loss).phi(float(X[i] @ w), float(y[i])) for i in idx))
+
+
+def hvp_sum(loss, X, y, idx, w, v):
+    """Sum over rows idx of d2phi(<x_i,w>, y_i) <x_i, v> x_i (no psi)."""
+    out = np.zeros(X.shape[1])
+    for i in idx:
+        out += type(loss).d2phi(float(X[i] @ w), float(y[i])) * float(X[i] @ v) * X[i]
+    return out
+
+
+def hessian_sum(loss, X, y, idx, w):
+    """Sum over rows idx of d2phi(<x_i,w>, y_i) x_i x_i^T (no psi)."""
+    out = np.zeros((X.shape[1], X.shape[1]))
+    for i in idx:
+        out += type(loss).d2phi(float(X[i] @ w), float(y[i])) * np.outer(X[i], X[i])
+    return out
