@@ -1,1 +1,230 @@
-"""(being written: registers nothing yet)."""
+"""``adaptive-spider``: Stochastic Spider with adaptive O2 batch sizes, drift
+test and saddle perturbation - Alg 2 + Alg 3 of
+liu-talwar-2024-adaptive-batch-sosp.txt (parameters of Thm 3.11).
+
+Single pass (each record used at most once, batches drawn from the unused
+records; dpreg.access.SinglePass).  At step t:
+
+* if drift >= kappa: O1 - a fresh batch of b records, per-record gradients
+  clipped to C = G, mean; the noise mechanism is reset (new phase) and the
+  mean is its first increment; drift = 0;
+* else O2 - a fresh batch of
+  b_t = ceil(c_bt * max{ s sqrt(d)/(alpha eps), kappa s / alpha^2, 1 }),
+  s = M |x_t - x_{t-1}| (= |grad~_{t-1}| for eta = 1/M, the paper's form),
+  per-record gradient differences clipped to s; mean added to the running sum;
+* the noisy running sum grad~_t comes from the noise plugin (``--noise tree``
+  is Alg 1's TREE(t); ``gaussian`` releases each increment with its own noise);
+* if |grad~_{t-1}| <= saddle_threshold and frozen_{t-1} <= 0: add
+  g_t ~ N(0, zeta^2/d I) to grad~_t (data independent, no privacy cost),
+  frozen_t = Gamma, drift_t = 0 (Alg 2 lines 9-11);
+* x_{t+1} = x_t - eta grad~_t; drift += |grad~_t|.
+
+It stops after T steps or when the unused records are no more than b (or too
+few for the next b_t).  Privacy: every record is in exactly one increment
+(one disjoint group); z is calibrated so the worst-case record's exposure
+(the noise class's charge for one disjoint add in a phase of ``horizon``
+adds, dry-run through the class) spends the budget - one Gaussian for
+``gaussian``, floor(log2 horizon)+1 for ``tree``.  Sensitivities are enforced
+by clipping in the kernels (replace-one: 2C/b and 2s/b_t).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpreg import hookimpl
+from dpreg.access import Exhausted, SinglePass
+from dpreg.errors import ParameterError
+from dpreg.interfaces import Algorithm, Participation, RunOutput
+from dpreg.params import ParamSpec
+from dpreg.trajectory import Trajectory
+
+from .dp_gd import project
+from .spider_core import SpiderEstimator, calibrate_noise
+
+
+def default_B(loss) -> float:
+    """Public bound on F(x_0) - inf F at x_0 = 0: for binary-label losses,
+    max_y phi(0, y) + psi(0) (every built-in binary loss is >= 0), else 1.
+    Reads nothing from the data."""
+    if loss.labels == "binary":
+        phi = type(loss).phi
+        return float(max(phi(0.0, 1.0), phi(0.0, -1.0)) + loss.psi(np.zeros(1)))
+    return 1.0
+
+
+def theorem_alpha(n: int, d: int, eps: float, B: float, G: float, M: float) -> float:
+    """alpha of Thm 3.11 (constants and logs dropped):
+    ((BGM)^(1/3) + sqrt(BM)) (sqrt(d)/(n eps))^(1/2)
+    + (B^(2/9) M^(2/9) G^(5/9) + B^(4/9) M^(4/9) G^(1/9)) / n^(1/3) + sqrt(MB/n)."""
+    BM = B * M
+    return (((B * G * M) ** (1 / 3) + math.sqrt(BM)) * math.sqrt(math.sqrt(d) / (n * eps))
+            + (BM ** (2 / 9) * G ** (5 / 9) + BM ** (4 / 9) * G ** (1 / 9)) / n ** (1 / 3)
+            + math.sqrt(BM / n))
+
+
+class AdaptiveSpider(Algorithm):
+    """Liu-Talwar adaptive-batch Stochastic Spider (SOSP finder), any noise plugin."""
+
+    name = "adaptive-spider"
+    summary = "adaptive-batch Stochastic Spider with drift test and saddle perturbation (Liu-Talwar), single pass"
+    paper = "liu-talwar-2024-adaptive-batch-sosp.txt, Algorithms 2 and 3, Theorem 3.11"
+    uses_noise = True
+    data_access = "single-pass"
+    relation = "replace-one"
+    params = (
+        ParamSpec("alpha", "float", None, "target accuracy alpha (sets b, b_t, kappa, thresholds)",
+                  "Thm 3.11: ((BGM)^(1/3)+sqrt(BM)) (sqrt(d)/(n eps))^(1/2) + (B^(2/9)M^(2/9)G^(5/9)"
+                  " + B^(4/9)M^(4/9)G^(1/9))/n^(1/3) + sqrt(MB/n)", low=0, low_open=True),
+        ParamSpec("B", "float", None, "bound on F(x_0) - inf F (Assumption 3.1), x_0 = 0",
+                  "default: max_y phi(0,y) + psi(0) for binary losses (>= 0), else 1", low=0, low_open=True),
+        ParamSpec("kappa", "float", None, "drift threshold: O1 when sum of |grad~| since the last O1 >= kappa",
+                  "Thm 3.11: kappa = max{alpha sqrt(d)/eps, (BGM)^(1/3)}", low=0, low_open=True),
+        ParamSpec("batch", "int", None, "O1 batch size b",
+                  "Thm 3.11: b = G (sqrt(d)/(eps alpha) + 1/alpha^2), times batch_scale", low=1),
+        ParamSpec("batch_scale", "float", 1.0, "practical constant multiplying the default b",
+                  "hidden constant of b = O(G (sqrt(d)/(eps alpha) + 1/alpha^2))", low=0, low_open=True),
+        ParamSpec("adaptive_scale", "float", 1.0, "practical constant c_bt multiplying b_t",
+                  "b_t = c_bt max{|grad~_t| sqrt(d)/(alpha eps), kappa |grad~_t|/alpha^2, 1} (Thm 3.11)",
+                  low=0, low_open=True),
+        ParamSpec("steps", "int", None, "iteration cap T",
+                  "Prop 3.4: T = O~(B M / alpha^2); default: no cap below n (stop when data run out)", low=1),
+        ParamSpec("saddle_threshold", "float", None,
+                  "perturb when |grad~_{t-1}| <= this (and frozen <= 0)",
+                  "Alg 2 line 9: gamma log^3(BMd/(rho omega)); default alpha (logs dropped)", low=0),
+        ParamSpec("zeta", "float", None, "saddle perturbation scale: g_t ~ N(0, zeta^2/d I)",
+                  "Prop 3.4: zeta = gamma / sqrt(log(d/iota)); default alpha", low=0),
+        ParamSpec("frozen", "int", None, "Gamma: steps without a new perturbation after one",
+                  "Lemma 3.3: Gamma = M log(dMB/(rho gamma iota)) / sqrt(rho gamma); default ceil(M/sqrt(rho alpha))",
+                  low=0),
+        ParamSpec("noise_aware", "bool", True,
+                  "use eps_eff = 1/(factor z) for eps in the formulas of alpha, b, b_t and kappa",
+                  "Lemma 3.8 sets noise multiplier ~ log(1/delta)/eps (logs dropped in Thm 3.11); "
+                  "true: the calibrated z (factor 2 for replace-one) replaces 1/eps, so the node noise "
+                  "is ~ alpha/sqrt(d) as Lemma 3.8 intends; false: the literal eps"),
+        ParamSpec("clip", "float", None, "O1 per-record gradient clip C", "C = G (declared Lipschitz constant)",
+                  low=0, low_open=True),
+        ParamSpec("step", "float", None, "step size eta", "eta = 1/M (Lemma 3.2)", low=0, low_open=True),
+        ParamSpec("radius", "float", None, "project iterates onto the ball of this radius",
+                  "the loss's feasible radius if it has one, else none", low=0, low_open=True),
+    )
+
+    def resolve(self, z: float | None = None) -> dict:
+        """All parameters with their defaults computed from (n, d, eps, B, G, M, rho);
+        with ``noise_aware`` and a calibrated multiplier ``z``, eps in the
+        formulas is eps_eff = 1/(sensitivity_factor z)."""
+        pb, p = self.problem, self.p
+        n, d = pb.n, pb.d
+        eps = self.accountant.epsilon_budget
+        if p["noise_aware"] and z is not None:
+            eps = 1.0 / (self.accountant.sensitivity_factor * z)
+        G, M, rho = pb.constants()
+        B = p["B"] if p["B"] is not None else default_B(pb.loss)
+        alpha = p["alpha"] if p["alpha"] is not None else theorem_alpha(n, d, eps, B, G, M)
+        kappa = p["kappa"] if p["kappa"] is not None else max(alpha * math.sqrt(d) / eps, (B * G * M) ** (1 / 3))
+        b = p["batch"] if p["batch"] is not None else int(math.ceil(
+            p["batch_scale"] * G * (math.sqrt(d) / (eps * alpha) + 1.0 / alpha ** 2)))
+        T = p["steps"] if p["steps"] is not None else n
+        thr = p["saddle_threshold"] if p["saddle_threshold"] is not None else alpha
+        zeta = p["zeta"] if p["zeta"] is not None else alpha
+        Gamma = p["frozen"] if p["frozen"] is not None else int(math.ceil(M / math.sqrt(rho * alpha)))
+        clip = p["clip"] if p["clip"] is not None else G
+        step = p["step"] if p["step"] is not None else 1.0 / M
+        radius = p["radius"] if p["radius"] is not None else pb.loss.radius
+        return dict(n=n, d=d, eps=eps, eps_formula=eps, G=G, M=M, rho=rho, B=B, alpha=alpha, kappa=kappa, b=int(b), T=int(T),
+                    saddle_threshold=thr, zeta=zeta, Gamma=int(Gamma), clip=clip, step=step, radius=radius,
+                    adaptive_scale=p["adaptive_scale"])
+
+    def adaptive_batch(self, s: float, r: dict) -> int:
+        """b_t = ceil(c_bt max{s sqrt(d)/(alpha eps), kappa s/alpha^2, 1}), s = M |x_t - x_{t-1}|."""
+        a = r["alpha"]
+        return int(math.ceil(r["adaptive_scale"] * max(s * math.sqrt(r["d"]) / (a * r["eps"]),
+                                                        r["kappa"] * s / a ** 2, 1.0)))
+
+    def run(self) -> RunOutput:
+        pb = self.problem
+        if self.noise is None:
+            raise ParameterError("adaptive-spider needs a noise mechanism (--noise gaussian|tree)")
+        T = self.p["steps"] if self.p["steps"] is not None else self.problem.n
+        horizon = max(1, min(T, self.problem.n))  # adds in one phase (each uses >= 1 record)
+        z = calibrate_noise(self.accountant, self.noise, horizon, [(1, [Participation.disjoint(("plan", 0))])])
+        r = self.resolve(z)
+        n, d, b, T, M = r["n"], r["d"], r["b"], r["T"], r["M"]
+        if b >= n:
+            raise ParameterError(f"adaptive-spider: O1 batch b={b} needs more than n={n} records "
+                                 f"(lower --param batch, or raise alpha)")
+        est = SpiderEstimator(pb, self.noise, noise_multiplier=z, horizon=horizon, accountant=self.accountant,
+                              seed=np.random.SeedSequence([self.seed] + [ord(c) for c in "adaptive-spider noise"]),
+                              clip=r["clip"], smoothness=M)
+        access = SinglePass(n, self.rng("adaptive-spider sampling"))
+        pert_rng = self.rng("adaptive-spider perturbation")
+        eta, radius = r["step"], r["radius"]
+        w = np.zeros(d)
+        w_prev = w
+        drift = r["kappa"]          # drift_0 = kappa: the first step calls O1
+        frozen = 1                  # frozen_{-1} = 1
+        prev_norm = math.inf        # |grad~_{-1}|: no perturbation at t = 0
+        expected = min(T, max(20, 4 * n // b))  # for checkpoint spacing and progress only
+        traj = Trajectory(expected)
+        traj.log(0, w)
+        batches, perturb_steps, clipped = [], [], 0
+        stop = "steps"
+        t = 0
+        while t < T:
+            if access.remaining <= b:
+                stop = "data (unused records <= b)"
+                break
+            if drift >= r["kappa"]:
+                idx, part = access.take(b)
+                rel = est.refresh(w, idx, part)
+                drift = 0.0
+            else:
+                s = M * float(np.linalg.norm(w - w_prev))
+                bt = self.adaptive_batch(s, r)
+                try:
+                    idx, part = access.take(bt)
+                except Exhausted:
+                    stop = f"data (b_t={bt} > {access.remaining} unused)"
+                    break
+                rel = est.update(w, w_prev, idx, part)
+                batches.append(bt)
+            clipped += rel.clipped
+            g = rel.value
+            perturbed = prev_norm <= r["saddle_threshold"] and frozen <= 0
+            frozen -= 1
+            if perturbed:
+                frozen = r["Gamma"]
+                drift = 0.0
+                g = g + pert_rng.standard_normal(d) * (r["zeta"] / math.sqrt(d))
+                perturb_steps.append(t)
+            gn = float(np.linalg.norm(g))
+            w_prev = w
+            w = project(w - eta * g, radius)
+            drift += gn
+            prev_norm = gn
+            t += 1
+            traj.log(t, w, noisy_grad_norm=gn, batch=rel.batch, drift=drift)
+            self.progress(t, max(t, expected))
+        traj.finish(t, w)
+        bt = np.asarray(batches, dtype=float)
+        info = {
+            "noise": self.noise.name, "noise_multiplier": z, "horizon": horizon,
+            "tree_levels": int(horizon).bit_length() if self.noise.name == "tree" else None,
+            "stop_reason": stop, "steps": t, "phases": est.phases, "o2_calls": est.o2_calls,
+            "max_phase_steps": est.max_phase_steps, "records_used": access.used,
+            "batch_o1": b, "batch_o2_mean": float(bt.mean()) if bt.size else None,
+            "batch_o2_min": int(bt.min()) if bt.size else None, "batch_o2_max": int(bt.max()) if bt.size else None,
+            "perturbations": len(perturb_steps), "perturbation_steps": perturb_steps[:100],
+            "eps_in_formulas": r["eps_formula"], "o1_noise_std": z * self.accountant.sensitivity_factor * r["clip"] / b,
+            "clipped_terms": clipped, "epsilon_spent": self.accountant.epsilon_spent,
+            **{k: r[k] for k in ("alpha", "B", "kappa", "saddle_threshold", "zeta", "Gamma", "clip", "step",
+                                 "G", "M", "rho")},
+            "trajectory": traj,
+        }
+        return RunOutput(w, t, access.used, est.gradient_evaluations, traj.series, info)
+
+
+@hookimpl
+def dpreg_register_algorithms(register):
+    register(AdaptiveSpider.name, AdaptiveSpider, summary=AdaptiveSpider.summary)

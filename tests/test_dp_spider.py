@@ -1,0 +1,202 @@
+"""dp-spider (and the spider_core pieces it uses): accounting of every
+noise/sampling combination, refusal of a too-small noise before the first
+release, enforced sensitivities against a worst-case record, and the
+gradient norm falling on a small synthetic problem."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpreg.accounting import PldAccountant, RdpAccountant
+from dpreg.errors import BudgetExceededError
+from dpreg.interfaces import NoiseMechanism, Participation
+from dpreg.params import bind
+from dpreg.problem import Problem
+from dpreg_plugins.dp_spider import DPSpider, spider_plan
+from dpreg_plugins.losses import Logistic
+from dpreg_plugins.noise_gaussian import GaussianMechanism
+from dpreg_plugins.noise_tree import TreeMechanism
+from dpreg_plugins.spider_core import RecordingAccountant, SpiderEstimator, calibrate_noise, planned_event
+
+from conftest import shared_file, unit_rows
+
+NOISES = {"gaussian": GaussianMechanism, "tree": TreeMechanism}
+
+
+def logistic_problem(n=4000, d=5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = unit_rows(rng, n, d)
+    w_star = np.array([3.0, -2.0, 1.0, 0.5, -1.0])[:d]
+    y = np.where(X @ w_star + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return Problem(Logistic(), X, y)
+
+
+def run_spider(pb, noise, eps=2.0, delta=1e-5, acc_cls=RdpAccountant, seed=0, **params):
+    acc = acc_cls(eps, delta, DPSpider.relation)
+    algo = DPSpider(pb, bind(DPSpider.params, params, "dp-spider"), noise=NOISES[noise], accountant=acc, seed=seed)
+    return algo.run(), acc
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "tree"])
+@pytest.mark.parametrize("batches", [{}, {"batch1": 800, "batch2": 200}])
+def test_calibrated_run_spends_exactly_the_budget(noise, batches):
+    pb = logistic_problem()
+    out, acc = run_spider(pb, noise, steps=30, phase=5, **batches)
+    assert acc.epsilon_spent <= 2.0 * (1 + 1e-9)
+    assert acc.epsilon_spent >= 2.0 * 0.995  # the calibrated plan hits the budget
+    assert acc.n_charges == 30  # one charge per add for both mechanisms
+    assert out.info["noise_multiplier"] > 0 and np.all(np.isfinite(out.w))
+
+
+def test_poisson_amplification_helps_gaussian_not_tree():
+    pb = logistic_problem()
+    zs = {}
+    for noise in NOISES:
+        for b in (None, 400):
+            out, _ = run_spider(pb, noise, steps=6, phase=3, batch1=b, batch2=b)
+            zs[noise, b] = out.info["noise_multiplier"]
+    assert zs["gaussian", 400] < 0.8 * zs["gaussian", None]  # amplified
+    assert zs["tree", 400] == pytest.approx(zs["tree", None], rel=1e-6)  # no amplification claimed
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "tree"])
+def test_too_small_noise_refused_before_first_release(noise):
+    pb = logistic_problem(n=500)
+    acc = RdpAccountant(1.0, 1e-5, "add-remove")
+    est = SpiderEstimator(pb, NOISES[noise], noise_multiplier=0.05, horizon=10, accountant=acc, seed=0,
+                          clip=1.0, smoothness=0.25)
+    with pytest.raises(BudgetExceededError):
+        est.refresh(np.zeros(pb.d), pb.all_rows, Participation.all())
+    assert acc.n_charges == 0 and acc.epsilon_spent == 0 and est.phases == 0
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "tree"])
+def test_slightly_too_small_noise_is_refused_within_the_plan(noise):
+    # calibrated z fits the plan; 0.9 z is refused at some add, before that add's release
+    pb = logistic_problem(n=1000)
+    T, q, rate = 24, 6, 0.2
+    plan = spider_plan(T, q, Participation.poisson(rate), Participation.poisson(rate))
+    acc = RdpAccountant(1.0, 1e-5, "add-remove")
+    z = calibrate_noise(acc, NOISES[noise], q, plan)
+    for factor, should_fit in ((1.0, True), (0.9, False)):
+        acc = RdpAccountant(1.0, 1e-5, "add-remove")
+        est = SpiderEstimator(pb, NOISES[noise], noise_multiplier=z * factor, horizon=q, accountant=acc,
+                              seed=0, clip=1.0, smoothness=0.25)
+        w, released = np.zeros(pb.d), 0
+        try:
+            for t in range(T):
+                idx = np.arange(0, pb.n, 5)
+                part = Participation.poisson(rate)
+                if t % q == 0:
+                    est.refresh(w, idx, part, denom=rate * pb.n)
+                else:
+                    est.update(w + 0.01 * t, w + 0.01 * (t - 1), idx, part, denom=rate * pb.n)
+                released += 1
+            fitted = True
+        except BudgetExceededError:
+            fitted = False
+            assert acc.n_charges == released  # nothing charged (or released) for the refused add
+        assert fitted == should_fit
+        assert acc.epsilon_spent <= 1.0 * (1 + 1e-9)
+
+
+def test_planned_event_matches_what_a_run_charges():
+    # the dry run is the mechanism itself: a real run of the plan charges the same epsilon
+    for noise in NOISES.values():
+        plan = spider_plan(13, 4, Participation.poisson(0.1), Participation.poisson(0.05))
+        ev = planned_event(noise, 3.0, 4, plan, relation="add-remove")
+        acc = RdpAccountant(1e6, 1e-5, "add-remove")
+        mech = noise(dim=2, noise_multiplier=3.0, horizon=4, accountant=acc, seed=0)
+        for t in range(13):
+            if t % 4 == 0 and t:
+                mech.reset()
+            mech.add(np.zeros(2), 1.0, Participation.poisson(0.1 if t % 4 == 0 else 0.05))
+        assert RdpAccountant(1e6, 1e-5, "add-remove").epsilon_if(ev) == pytest.approx(acc.epsilon_spent, rel=1e-9)
+
+
+def test_pld_accountant_also_calibrates():
+    pb = logistic_problem(n=2000)
+    out, acc = run_spider(pb, "tree", acc_cls=PldAccountant, steps=6, phase=3)
+    assert 0.99 * 2.0 <= acc.epsilon_spent <= 2.0 * (1 + 1e-9)
+
+
+class ExactMechanism(NoiseMechanism):
+    """Test double: releases the exact prefix sum and records increments."""
+
+    name = "exact-test"
+
+    def reset(self):
+        super().reset()
+        self.sum = np.zeros(self.dim)
+        self.log = []
+
+    def add(self, increment, sensitivity, participation):
+        self.accountant.charge(None, None)
+        self.log.append((np.array(increment), float(sensitivity)))
+        self.sum = self.sum + increment
+        return self.sum.copy()
+
+    @classmethod
+    def record_event(cls, *a):
+        return None
+
+
+@pytest.mark.parametrize("relation", ["replace-one", "add-remove"])
+def test_worst_case_record_moves_increment_at_most_the_sensitivity(relation):
+    rng = np.random.default_rng(1)
+    n, d = 200, 5
+    X = unit_rows(rng, n, d)
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    X_bad = X.copy()
+    X_bad[7] = 1e6 * rng.standard_normal(d)  # violates |x| <= 1 by far
+    y_bad = y.copy()
+    y_bad[7] = -y[7]
+    idx = np.arange(n)
+    w0, w1 = np.zeros(d), 0.3 * rng.standard_normal(d)
+    incs = []
+    for Xs, ys, rows in ((X_bad, y_bad, idx), (X, y, idx), (X_bad, y_bad, np.delete(idx, 7))):
+        pb = Problem(Logistic(), Xs, ys)
+        est = SpiderEstimator(pb, ExactMechanism, noise_multiplier=1.0, horizon=4,
+                              accountant=RecordingAccountant(relation), seed=0, clip=1.0, smoothness=0.25)
+        r1 = est.refresh(w0, rows, Participation.all(), denom=n)
+        r2 = est.update(w1, w0, rows, Participation.all(), denom=n)
+        incs.append((est.mechanism.log[0], est.mechanism.log[1]))
+    # neighbours of the data set holding the huge record 7: replace it (replace-one) or remove it
+    # (add-remove), same public denominator
+    other = 1 if relation == "replace-one" else 2
+    for k in range(2):
+        (a, s), (b, _) = incs[0][k], incs[other][k]
+        assert np.linalg.norm(a - b) <= s * (1 + 1e-9)
+        assert np.linalg.norm(a - b) > 0.2 * s  # the bound is nearly attained (a real check)
+    factor = 2.0 if relation == "replace-one" else 1.0
+    assert incs[0][0][1] == pytest.approx(factor * 1.0 / n)
+    assert incs[0][1][1] == pytest.approx(factor * 0.25 * np.linalg.norm(w1 - w0) / n)
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "tree"])
+def test_gradient_norm_falls_on_a_small_problem(noise):
+    pb = logistic_problem(n=20000)
+    g0 = np.linalg.norm(pb.gradient(np.zeros(pb.d)))
+    out, acc = run_spider(pb, noise, eps=4.0, steps=40, phase=5, step=2.0)
+    g1 = np.linalg.norm(pb.gradient(out.w))
+    assert g1 < 0.5 * g0, (g0, g1)
+    assert pb.value(out.w) < pb.value(np.zeros(pb.d))
+
+
+def test_deterministic_from_seed():
+    pb = logistic_problem(n=1000)
+    a, _ = run_spider(pb, "tree", steps=10, phase=5, batch1=300, batch2=300, seed=4)
+    b, _ = run_spider(pb, "tree", steps=10, phase=5, batch1=300, batch2=300, seed=4)
+    c, _ = run_spider(pb, "tree", steps=10, phase=5, batch1=300, batch2=300, seed=5)
+    assert np.array_equal(a.w, b.w) and not np.array_equal(a.w, c.w)
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "tree"])
+def test_runs_on_real_data_from_python(noise):
+    import dpreg
+
+    path = shared_file("ijcnn1.trn.bz2")
+    rec = dpreg.run(algo="dp-spider", noise=noise, loss="sigmoid-l2", data=str(path), epsilon=1.0,
+                    params={"steps": 20, "phase": 5})
+    assert rec["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
+    assert rec["metrics"]["train_grad_norm"] < rec["trajectory"]["checkpoints"]["grad_norm"][0]
