@@ -166,14 +166,24 @@ def binary_labels(y: np.ndarray, where: str) -> np.ndarray:
     return np.where(y == vals[1], 1.0, -1.0)
 
 
-def prepare(X, y, *, labels: str, where: str, d: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+#: rows per block in :func:`prepare` (bounds its temporaries to a few MB)
+_PREP_ROWS = 8192
+
+
+def prepare(X, y, *, labels: str, where: str, d: int | None = None,
+            copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Validate and preprocess one data set (see module docstring).
 
     ``labels``: "binary" -> y mapped to +-1 (DataError unless exactly two
     values... a test set may hold one class if ``d`` is given), "real" -> kept,
     "ignored" -> zeros.  ``d``: required number of features (test data).
+    ``copy=False`` lets it scale a float64 C-contiguous ``X`` in place (the
+    pipeline passes arrays it owns): no (n x d) temporary is ever made, rows
+    are checked and scaled in blocks of ``_PREP_ROWS``.
     """
+    X0 = X
     X = np.asarray(X, dtype=np.float64)
+    owned = X is not X0
     y = np.asarray(y, dtype=np.float64)
     if X.ndim != 2:
         raise DataError(f"{where}: features must be a 2-D array, got shape {X.shape}")
@@ -188,12 +198,16 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None) -> tuple[np.
     if d is not None and X.shape[1] != d:
         if X.shape[1] < d:  # svmlight test files may omit trailing all-zero features
             X = np.hstack([X, np.zeros((X.shape[0], d - X.shape[1]))])
+            owned = True
         else:
             raise DataError(f"{where}: {X.shape[1]} features, but the training data has {d}")
-    bad = ~np.isfinite(X)
-    if bad.any():
-        r, c = np.argwhere(bad)[0]
-        raise DataError(f"{where}: non-finite feature value {X[r, c]} at record {r + 1}, column {c + 1}")
+    n = X.shape[0]
+    for lo in range(0, n, _PREP_ROWS):
+        bad = ~np.isfinite(X[lo:lo + _PREP_ROWS])
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            r += lo
+            raise DataError(f"{where}: non-finite feature value {X[r, c]} at record {r + 1}, column {c + 1}")
     if not np.isfinite(y).all():
         r = int(np.flatnonzero(~np.isfinite(y))[0])
         raise DataError(f"{where}: non-finite label {y[r]} at record {r + 1}")
@@ -207,13 +221,17 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None) -> tuple[np.
             y = binary_labels(y, where)
     elif labels == "ignored":
         y = np.zeros_like(y)
-    # record-wise scaling into the unit ball; overflow-safe norm
-    scale = np.max(np.abs(X), axis=1)
-    scale[scale == 0] = 1.0
-    norms = np.linalg.norm(X / scale[:, None], axis=1) * scale
-    shrink = np.maximum(norms, 1.0)
-    X = np.ascontiguousarray(X / shrink[:, None])
-    return X, np.ascontiguousarray(y)
+    # record-wise scaling into the unit ball; overflow-safe norm; block by block
+    in_place = (owned or not copy) and X.flags.c_contiguous and X.flags.writeable
+    out = X if in_place else np.empty(X.shape, dtype=np.float64)
+    for lo in range(0, n, _PREP_ROWS):
+        B = X[lo:lo + _PREP_ROWS]
+        scale = np.max(np.abs(B), axis=1)
+        scale[scale == 0] = 1.0
+        norms = np.linalg.norm(B / scale[:, None], axis=1) * scale
+        shrink = np.maximum(norms, 1.0)
+        np.divide(B, shrink[:, None], out=out[lo:lo + _PREP_ROWS])
+    return out, np.ascontiguousarray(y)
 
 
 def split(X, y, fraction: float, seed: int):

@@ -74,7 +74,7 @@ def load_data(spec: str, *, seed: int, labels: str, d: int | None = None, test: 
             X, y = src.load(seed)
         except (TypeError, ValueError) as exc:
             raise ParameterError(f"data set {name!r}: bad options {kw}: {exc}") from None
-        X, y = prepare(X, y, labels=labels, where=f"{where} {name}", d=d)
+        X, y = prepare(X, y, labels=labels, where=f"{where} {name}", d=d, copy=False)
         return X, y, src, name
     if kw or not os.path.exists(spec):
         if os.path.sep in spec or "." in os.path.basename(spec):
@@ -83,7 +83,7 @@ def load_data(spec: str, *, seed: int, labels: str, d: int | None = None, test: 
             f"no data set or file named {spec!r}; built-in data sets: {', '.join(reg.names('dataset'))}"
         )
     X, y = load_file(spec, n_features=d)
-    X, y = prepare(X, y, labels=labels, where=f"{where} {spec}", d=d)
+    X, y = prepare(X, y, labels=labels, where=f"{where} {spec}", d=d, copy=False)
     return X, y, None, os.path.abspath(spec)
 
 

@@ -34,7 +34,8 @@ def _planted_logistic(n, d, seed, noise=1.0, stream=0):
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xDA7A, stream]))
     w_star = np.random.default_rng(np.random.SeedSequence([seed, 0xBEEF])).standard_normal(d)
     w_star *= 3.0 / np.linalg.norm(w_star)
-    X = rng.standard_normal((n, d)) / np.sqrt(d)
+    X = rng.standard_normal((n, d))
+    X /= np.sqrt(d)  # in place: no second (n x d) array
     p = 1.0 / (1.0 + np.exp(-(X @ w_star) / max(noise, 1e-12)))
     y = np.where(rng.random(n) < p, 1.0, -1.0)
     return X, y
