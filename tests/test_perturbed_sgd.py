@@ -43,10 +43,11 @@ def _algo(algo_cls, pb, noise_cls, seed=0, eps=EPS, **params):
 def reference_run(pb, r, perm, *, init):
     """Alg 1 driven by Alg 2 with exact (noiseless) running sums, in plain numpy:
     the same batches (a prefix-consumed permutation), drift = squared distance
-    moved since the last O1, a repeated query at the same point reuses g."""
+    moved since the last O1 (or a phase of ``horizon`` adds) triggers O1, a
+    repeated query at the same point reuses g."""
     loss, X, y, n = pb.loss, pb.X, pb.y, pb.n
     M2, C = r["diff_clip"], r["clip"]
-    st = {"ptr": 0, "prev": None, "g": None, "drift": math.inf, "o1": 0, "o2": 0, "steps": 0}
+    st = {"ptr": 0, "prev": None, "g": None, "drift": math.inf, "o1": 0, "o2": 0, "steps": 0, "adds": 0}
 
     class Out(Exception):
         pass
@@ -65,16 +66,18 @@ def reference_run(pb, r, perm, *, init):
                 st["steps"] += 1
                 return st["g"]
             st["drift"] += mv
-        if st["g"] is None or st["drift"] >= r["kappa"]:
+        if st["g"] is None or st["drift"] >= r["kappa"] or st["adds"] >= r["horizon"]:
             idx = take(r["batch1"])
             st["g"] = naive.clipped_grad_sum(loss, X, y, idx, x, C)[0] / r["batch1"]
             st["drift"] = 0.0
             st["o1"] += 1
+            st["adds"] = 1
         else:
             idx = take(r["batch2"])
             c = min(M2 * np.linalg.norm(x - st["prev"]), 2 * C)
             st["g"] = st["g"] + naive.clipped_diff_sum(loss, X, y, idx, x, st["prev"], c)[0] / r["batch2"]
             st["o2"] += 1
+            st["adds"] += 1
         st["prev"] = x.copy()
         st["steps"] += 1
         return st["g"]
@@ -127,6 +130,7 @@ def test_matches_plain_numpy_reference(registry, algo_cls):
     assert (r["o1_queries"], r["o2_queries"], out.iterations) == (st["o1"], st["o2"], st["steps"])
     assert out.records_used == st["ptr"] == r["batch1"] * st["o1"] + r["batch2"] * st["o2"]
     assert r["escape_tests"] >= 1 and r["o2_queries"] > 0  # both branches were exercised
+    assert r["longest_phase"] <= r["horizon"]
 
 
 # ------------------------------------------------------------------- privacy

@@ -87,12 +87,15 @@ class AdaptiveSpiderOracle:
     ``query(x)`` returns the noisy estimate of grad F(x), or raises
     :class:`~dpreg.access.Exhausted` *before* any release when the unused
     records cannot pay for the query.  O1 (batch b1, new running sum) when
-    ``drift >= kappa``, O2 (batch b2) otherwise; drift is the squared distance
+    ``drift >= kappa`` or the phase already has ``max_phase`` adds (the noise
+    mechanism's horizon), O2 (batch b2) otherwise; drift is the squared distance
     the query point moved since the last O1.
     """
 
-    def __init__(self, estimator, access: SinglePass, *, b1: int, b2: int, kappa: float):
+    def __init__(self, estimator, access: SinglePass, *, b1: int, b2: int, kappa: float,
+                 max_phase: int | None = None):
         self.est = estimator
+        self.max_phase = max_phase or math.inf
         self.access = access
         self.b1, self.b2, self.kappa = int(b1), int(b2), float(kappa)
         self.drift = math.inf  # Alg 2 line 1: drift <- kappa (forces O1 first)
@@ -107,7 +110,7 @@ class AdaptiveSpiderOracle:
                 self.n_reused += 1
                 return self.g.copy()
             self.drift += moved
-        if self.g is None or self.drift >= self.kappa:
+        if self.g is None or self.drift >= self.kappa or self.est.phase_steps >= self.max_phase:
             idx, part = self.access.take(self.b1)  # Exhausted: nothing released
             rel = self.est.refresh(x, idx, part)
             self.drift = 0.0
@@ -159,6 +162,10 @@ class PerturbedSGD(Algorithm):
         ParamSpec("batch2", "int", None, "O2 batch size b2",
                   "Thm 2: b2 = n eta chi^2/(2U); practical floor b2 >= 2 z sqrt(d) "
                   "(O2 noise norm <= the step's gradient norm)", low=1),
+        ParamSpec("max_phase", "int", None, "adds per running sum before a forced O1 refresh (the noise horizon)",
+                  "not in Alg 2 (phases end by drift only); default ceil(kappa/(3 eta chi)^2) + T_esc + 1: "
+                  "the normal steps the drift test allows at |g| > 3 chi plus one escape attempt; "
+                  "bounds the tree depth (floor(log2 max_phase) + 1 levels)", low=1),
         ParamSpec("max_steps", "int", None, "cap on oracle queries T",
                   "Alg 2 horizon T = O(U/(eta chi^2)); default: until the records run out", low=1),
         ParamSpec("clip", "float", None, "per-record gradient clipping bound C (O1 sensitivity 2C/b1)",
@@ -194,9 +201,11 @@ class PerturbedSGD(Algorithm):
         diff_clip = p["diff_clip"] if p["diff_clip"] is not None else M
         radius = p["radius"] if p["radius"] is not None else pb.loss.radius
 
+        phase_cap = p["max_phase"] or math.ceil(kappa / (3 * eta * chi) ** 2) + int(T_esc) + 1
+
         def horizon_for(b1, b2):
             h = 1 + max(0, (n - b1) // b2)
-            return max(1, min(h, p["max_steps"] or h))
+            return max(1, min(h, p["max_steps"] or h, phase_cap))
 
         def calibrate(h):
             return self.accountant.calibrate(
@@ -231,7 +240,8 @@ class PerturbedSGD(Algorithm):
                               horizon=r["horizon"], accountant=self.accountant,
                               seed=np.random.SeedSequence([self.seed, 0x95D]), clip=r["clip"],
                               smoothness=r["diff_clip"], diff_cap=2 * r["clip"])
-        oracle = AdaptiveSpiderOracle(est, access, b1=r["batch1"], b2=r["batch2"], kappa=r["kappa"])
+        oracle = AdaptiveSpiderOracle(est, access, b1=r["batch1"], b2=r["batch2"], kappa=r["kappa"],
+                                      max_phase=r["horizon"])
         if self.p["init"] == "random":
             x = self.rng("perturbed-sgd init").standard_normal(pb.d)
             x *= 0.01 / max(np.linalg.norm(x), 1e-300)
@@ -302,7 +312,8 @@ class PerturbedSGD(Algorithm):
         traj.finish(steps, out)
         info = dict(r)
         info.update(stats, escape_log=log, certified=certified, stop_reason=stop, o1_queries=est.phases,
-                    o2_queries=est.o2_calls, reused_queries=oracle.n_reused,
+                    o2_queries=est.o2_calls,
+                    longest_phase=est.max_phase_steps, reused_queries=oracle.n_reused,
                     clipped_terms=oracle.n_clipped, noise=self.noise.name, trajectory=traj)
         return RunOutput(np.array(out, dtype=float), steps, access.used, est.gradient_evaluations,
                          traj.series, info)
