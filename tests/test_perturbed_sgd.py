@@ -262,3 +262,12 @@ def test_cli_run_with_tree_noise(tmp_path):
     assert {"certified", "escape_tests", "escapes", "escape_attempts"} <= set(rec["run_info"])
     info = CliRunner().invoke(cli, ["info", "perturbed-sgd"])
     assert info.exit_code == 0 and "escape_radius" in info.output and "sqrt(alpha/rho)" in info.output
+
+
+def test_batch_larger_than_data_is_a_user_error(registry, algo_cls, logistic_problem):
+    from dpreg.errors import ParameterError
+
+    algo, acc = _algo(algo_cls, logistic_problem, registry.get("noise", "gaussian"), batch1=10**6)
+    with pytest.raises(ParameterError, match="batch1"):
+        algo.run()
+    assert acc.n_charges == 0

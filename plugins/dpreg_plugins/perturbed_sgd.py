@@ -217,11 +217,12 @@ class PerturbedSGD(Algorithm):
         z = calibrate(horizon_for(p["batch1"] or b1_paper, p["batch2"] or b2_paper))
         b1 = p["batch1"] or max(b1_paper, math.ceil(2 * z * clip * math.sqrt(d) / alpha))
         b2 = p["batch2"] or max(b2_paper, math.ceil(2 * z * math.sqrt(d)))
-        b1, b2 = min(b1, n), min(b2, n)
+        for name, given in (("batch1", p["batch1"]), ("batch2", p["batch2"])):
+            if given is not None and given > n:
+                raise ParameterError(f"{name}={given} exceeds the number of records n={n}")
+        b1, b2 = min(b1, n), min(b2, n)  # derived sizes: at most one pass
         H = horizon_for(b1, b2)
         z = calibrate(H)
-        if b1 > n:
-            raise ParameterError(f"batch1={b1} exceeds n={n}")
         return dict(alpha=alpha, chi=chi, eta=eta, escape_steps=int(T_esc), escape_radius=S,
                     repeats=int(Q), kappa=kappa, batch1=int(b1), batch2=int(b2), clip=clip, diff_clip=diff_clip,
                     radius=radius, U=U, iota=iota, noise_multiplier=z, horizon=H,
