@@ -187,6 +187,8 @@ class WarmStart(Algorithm):
             records += outA.records_used
             evals += outA.gradient_evaluations
         offset = iterations
+        if w0 is not None:
+            info["warm_output"] = [float(v) for v in w0]
 
         # ---- reservation for the selection, then stage B
         if eps_sel > 0:
