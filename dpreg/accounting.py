@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import Counter
 from typing import Callable, Hashable
 
 import numpy as np
@@ -61,6 +62,65 @@ def _dpa():
 _ABSL_QUIET = False
 
 
+def _atoms(event) -> Counter:
+    """The multiset of elementary releases an event composes: Composed and
+    SelfComposed events are unrolled, anything else counts as one atom."""
+    dpa = _dpa()
+    if isinstance(event, dpa.ComposedDpEvent):
+        out: Counter = Counter()
+        for e in event.events:
+            out += _atoms(e)
+        return out
+    if isinstance(event, dpa.SelfComposedDpEvent):
+        return Counter({a: c * event.count for a, c in _atoms(event.event).items()})
+    if isinstance(event, dpa.NoOpDpEvent):
+        return Counter()
+    return Counter({event: 1})
+
+
+def _min_gaussian_noise(events) -> float:
+    """Smallest Gaussian noise multiplier among the atoms of ``events`` (inf if none)."""
+    dpa = _dpa()
+    z = math.inf
+    for e in events:
+        for a in _atoms(e):
+            inner = a.event if isinstance(a, dpa.PoissonSampledDpEvent) else a
+            if isinstance(inner, dpa.GaussianDpEvent):
+                z = min(z, inner.noise_multiplier)
+    return z
+
+
+def _pld_replace_one(event):
+    """Translate an event from dpreg's convention to dp-accounting's PLD
+    convention under REPLACE_ONE.
+
+    dpreg: ``GaussianDpEvent(z)`` is a release with noise std = z times its l2
+    sensitivity *under the accountant's relation* (mechanisms already double
+    the per-record bound for replace-one).  dp-accounting's RDP accountant reads
+    it the same way, but its PLD accountant under REPLACE_ONE takes z relative
+    to the per-record bound and applies sensitivity 2 itself.  The same
+    release is therefore ``GaussianDpEvent(2 z)`` for the PLD accountant
+    (tests/test_accounting.py checks both against the analytic Gaussian).
+    """
+    dpa = _dpa()
+    if isinstance(event, dpa.GaussianDpEvent):
+        return dpa.GaussianDpEvent(2.0 * event.noise_multiplier)
+    if isinstance(event, dpa.SelfComposedDpEvent):
+        return dpa.SelfComposedDpEvent(_pld_replace_one(event.event), event.count)
+    if isinstance(event, dpa.ComposedDpEvent):
+        return dpa.ComposedDpEvent([_pld_replace_one(e) for e in event.events])
+    return event
+
+
+def _condensed(events) -> tuple:
+    """Events as a canonical tuple of SelfComposed atoms (cache key and a
+    cheap composition order: one self-composition per distinct atom)."""
+    total: Counter = Counter()
+    for e in events:
+        total += _atoms(e)
+    return tuple(sorted(((self_composed(a, c)) for a, c in total.items()), key=repr))
+
+
 class Accountant(ABC):
     """Composes charged events; enforces an (epsilon, delta) budget.
 
@@ -80,7 +140,14 @@ class Accountant(ABC):
         self._global: list = []
         self._groups: dict[Hashable, list] = {}
         self._eps = 0.0
+        self._stale = False
         self.n_charges = 0
+        # reservation (see reserve()): atom counts of the charged events
+        self._reserved: Counter | None = None
+        self._gcount: Counter = Counter()
+        self._groupcount: dict[Hashable, Counter] = {}
+        self._maxg: Counter = Counter()
+        self.n_covered = 0
 
     # -- the interface mechanisms use ------------------------------------------
     @property
@@ -91,8 +158,22 @@ class Accountant(ABC):
 
     def charge(self, event, group: Hashable | None = None, *, label: str = "") -> float:
         """Record ``event`` (globally, or for disjoint ``group``) if the budget
-        allows it; return the epsilon spent so far.  Raises BudgetExceededError
-        *without recording* if it does not."""
+        allows it; return the epsilon spent so far (after a charge covered by
+        the reservation: the last computed value - read :attr:`epsilon_spent`
+        for the exact one).  Raises BudgetExceededError
+        *without recording* if it does not.
+
+        A charge covered by the reservation (:meth:`reserve`) is accepted
+        without recomputing epsilon: the reserved multiset of releases was
+        checked to fit, and composing fewer releases never costs more."""
+        atoms = _atoms(event)
+        if self._covered(atoms, group):
+            self._commit(event, group)
+            self._count(atoms, group)
+            self._stale = True
+            self.n_charges += 1
+            self.n_covered += 1
+            return self._eps  # last computed value; epsilon_spent computes the exact one lazily
         eps = self.epsilon_if(event, group)
         if eps > self.epsilon_budget * (1 + _SLACK):
             raise BudgetExceededError(
@@ -100,9 +181,46 @@ class Accountant(ABC):
                 f"epsilon={eps:.4g} > budget {self.epsilon_budget:g} at delta={self.delta:g}"
             )
         self._commit(event, group)
+        self._count(atoms, group)
         self._eps = eps
+        self._stale = False
         self.n_charges += 1
         return eps
+
+    # -- reservation ---------------------------------------------------------------
+    def reserve(self, plan_event) -> None:
+        """Reserve a planned global exposure ``plan_event`` on top of what is
+        charged (raises BudgetExceededError if it does not fit).  Afterwards a
+        charge whose releases, added to those already charged to the worst
+        record, stay inside the reserved multiset is accepted without an
+        epsilon computation - which makes per-release enforcement cheap for
+        the PLD accountant.  :meth:`calibrate` reserves the plan it returns."""
+        if not self.fits(plan_event):
+            raise BudgetExceededError(
+                f"plan spends epsilon={self.epsilon_of_plan(plan_event):.4g} > budget "
+                f"{self.epsilon_budget:g} (over by {self.epsilon_of_plan(plan_event) - self.epsilon_budget:.4g})"
+            )
+        self._reserved = self._gcount + self._maxg + _atoms(plan_event)
+
+    def _covered(self, atoms: Counter, group) -> bool:
+        if self._reserved is None:
+            return False
+        r = self._reserved
+        if group is None:
+            need = self._gcount + atoms + self._maxg
+        else:
+            need = self._gcount + self._groupcount.get(group, Counter()) + atoms
+        return all(r.get(a, 0) >= c for a, c in need.items())
+
+    def _count(self, atoms: Counter, group) -> None:
+        if group is None:
+            self._gcount += atoms
+        else:
+            g = self._groupcount.setdefault(group, Counter())
+            g += atoms
+            for a, c in g.items():
+                if c > self._maxg.get(a, 0):
+                    self._maxg[a] = c
 
     def epsilon_if(self, event, group: Hashable | None = None) -> float:
         """Epsilon that would be spent after charging ``event`` (nothing recorded)."""
@@ -111,6 +229,9 @@ class Accountant(ABC):
     @property
     def epsilon_spent(self) -> float:
         """Epsilon of everything charged so far, at ``self.delta``."""
+        if self._stale:
+            self._eps = self._exact_epsilon()
+            self._stale = False
         return self._eps
 
     def state(self) -> dict:
@@ -120,8 +241,9 @@ class Accountant(ABC):
             "relation": self.relation,
             "epsilon_budget": self.epsilon_budget,
             "delta": self.delta,
-            "epsilon_spent": self._eps,
+            "epsilon_spent": self.epsilon_spent,
             "charges": self.n_charges,
+            "charges_covered_by_reservation": self.n_covered,
             "global_events": len(self._global),
             "groups": len(self._groups),
         }
@@ -149,7 +271,7 @@ class Accountant(ABC):
         return type(self)(epsilon, delta, self.relation)
 
     def calibrate(self, make_event: Callable[[float], object], *, low: float = 1e-3,
-                  high: float = 1e6, what: str = "noise multiplier") -> float:
+                  high: float = 1e6, what: str = "noise multiplier", rtol: float = 1e-7) -> float:
         """Smallest noise multiplier z in [low, high] whose planned event
         ``make_event(z)`` (the worst-case record's whole exposure) fits the
         remaining budget; raises ParameterError if even ``high`` does not."""
@@ -167,16 +289,25 @@ class Accountant(ABC):
                 hi = mid
             else:
                 lo = mid
-            if hi - lo < 1e-7:
+            if hi - lo < rtol:
                 break
-        return math.exp(hi)
+        z = math.exp(hi)
+        self.reserve(make_event(z))
+        return z
 
     # -- subclass hooks -----------------------------------------------------------
+    @abstractmethod
+    def _exact_epsilon(self) -> float:
+        """Epsilon of the current state computed from scratch."""
+
     @abstractmethod
     def _what_if(self, event, group) -> float: ...
 
     @abstractmethod
     def _commit(self, event, group) -> None: ...
+
+
+_RDP_CURVES: dict[str, dict] = {}
 
 
 class RdpAccountant(Accountant):
@@ -198,7 +329,12 @@ class RdpAccountant(Accountant):
         self._rdp_global = np.zeros_like(self._orders)
         self._rdp_groups: dict[Hashable, np.ndarray] = {}
         self._max_group = np.zeros_like(self._orders)
-        self._cache: dict = {}
+        # RDP curves depend only on (relation, event) at the fixed default orders:
+        # one process-wide cache (bounded), shared by every accountant, so repeated
+        # runs (trials, grids, stage views) calibrate without recomputing curves
+        self._cache: dict = _RDP_CURVES.setdefault(self.relation, {})
+        if len(self._cache) > 200_000:
+            self._cache.clear()
 
     def rdp_of(self, event) -> np.ndarray:
         """RDP curve of one event at this accountant's orders and relation."""
@@ -207,15 +343,14 @@ class RdpAccountant(Accountant):
         except (KeyError, TypeError):
             pass
         dpa = _dpa()
-        if self.relation == "add-remove" and _has_pure(event):
+        if _has_pure(event):
             # pure-DP events (see pure_dp_event): their dominating pair does not
-            # depend on the relation; dp-accounting only takes them as REPLACE_ONE
+            # depend on the relation (dp-accounting takes randomized response only
+            # as REPLACE_ONE); the binary RR curve in closed form, vectorized
             others, pure = _split_pure(event)
             curve = sum((self.rdp_of(e) for e in others), np.zeros_like(self._orders))
-            if pure:
-                rr = dpa.rdp.RdpAccountant(list(self._orders), dpa.NeighboringRelation.REPLACE_ONE)
-                rr.compose(dpa.ComposedDpEvent(pure))
-                curve = curve + np.asarray(rr._rdp, dtype=float)  # noqa: SLF001
+            for e in pure:
+                curve = curve + _binary_rr_rdp(e.noise_parameter, self._orders)
             self._cache[event] = curve
             return curve
         rel = (dpa.NeighboringRelation.ADD_OR_REMOVE_ONE if self.relation == "add-remove"
@@ -247,6 +382,9 @@ class RdpAccountant(Accountant):
         new_g = r if g is None else g + r
         return self._eps_from(self._rdp_global + np.maximum(self._max_group, new_g))
 
+    def _exact_epsilon(self):
+        return self._eps_from(self._rdp_global + self._max_group)
+
     def _commit(self, event, group):
         r = self.rdp_of(event)
         if group is None:
@@ -268,9 +406,30 @@ class PldAccountant(Accountant):
 
     name = "pld"
 
+    #: below this Gaussian noise multiplier a PLD's support is too wide to
+    #: discretize; epsilon then comes from RDP (a valid, looser upper bound)
+    MIN_PLD_NOISE = 0.1
+
     def __init__(self, epsilon, delta, relation="replace-one"):
         super().__init__(epsilon, delta, relation)
         self._cache: dict[tuple, float] = {}
+
+    def _shadow_rdp(self) -> "RdpAccountant":
+        """An RDP accountant holding the same charges (for bracketing)."""
+        shadow = RdpAccountant(self.epsilon_budget, self.delta, self.relation)
+        for e in self._global:
+            shadow._commit(e, None)
+        for g, evs in self._groups.items():
+            for e in evs:
+                shadow._commit(e, g)
+        return shadow
+
+    def calibrate(self, make_event, *, low=1e-3, high=1e6, what="noise multiplier"):
+        """As :meth:`Accountant.calibrate`; the RDP solution (never smaller
+        than the PLD one) brackets the search, so no trial event is extreme."""
+        z_rdp = Accountant.calibrate(self._shadow_rdp(), make_event, low=low, high=high, what=what)
+        return Accountant.calibrate(self, make_event, low=max(low, z_rdp / 3), high=z_rdp, what=what,
+                                    rtol=1e-4)
 
     def _eps_events(self, events: tuple) -> float:
         if not events:
@@ -278,34 +437,51 @@ class PldAccountant(Accountant):
         key = events
         if key in self._cache:
             return self._cache[key]
+        if _min_gaussian_noise(events) < self.MIN_PLD_NOISE:
+            # dpreg's own event convention, which the RDP accountant shares
+            shadow = RdpAccountant(self.epsilon_budget, self.delta, self.relation)
+            eps = shadow._eps_from(sum((shadow.rdp_of(e) for e in events), np.zeros_like(shadow._orders)))
+            self._cache[key] = eps
+            return eps
+        if self.relation == "replace-one":
+            events = tuple(_pld_replace_one(e) for e in events)
         dpa = _dpa()
         rel = (dpa.NeighboringRelation.ADD_OR_REMOVE_ONE if self.relation == "add-remove"
                else dpa.NeighboringRelation.REPLACE_ONE)
         acc = dpa.pld.PLDAccountant(rel)
         pure: list = []
-        if self.relation == "add-remove" and any(_has_pure(e) for e in events):
+        if any(_has_pure(e) for e in events):
+            # pure-DP releases are composed here, under both relations: dp-accounting
+            # 0.6's PLD accountant drops the count of a self-composed randomized
+            # response (and refuses it under add-remove)
             events, pure = _split_pure(dpa.ComposedDpEvent(list(events)))
         try:
             acc.compose(dpa.ComposedDpEvent(list(events)))
         except dpa.UnsupportedEventError as exc:
             raise DpregError(f"the pld accountant cannot account this event: {exc}") from None
-        for e in pure:  # relation-free dominating pair of a pure-DP release (pure_dp_event)
-            acc._pld = acc._pld.compose(dpa.pld.privacy_loss_distribution.from_randomized_response(  # noqa: SLF001
-                e.noise_parameter, 2, value_discretization_interval=acc._value_discretization_interval,  # noqa: SLF001
-                neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE))
+        for p, c in sorted(Counter(e.noise_parameter for e in pure).items()):
+            # relation-free dominating pair of c pure-DP releases (pure_dp_event)
+            rr = dpa.pld.privacy_loss_distribution.from_randomized_response(
+                p, 2, value_discretization_interval=acc._value_discretization_interval,  # noqa: SLF001
+                neighboring_relation=dpa.NeighboringRelation.REPLACE_ONE)
+            acc._pld = acc._pld.compose(rr.self_compose(c) if c > 1 else rr)  # noqa: SLF001
         eps = float(acc.get_epsilon(self.delta))
         self._cache[key] = eps
         return eps
 
     def _histories(self) -> set:
-        return {tuple(h) for h in self._groups.values()} or {()}
+        return {_condensed(h) for h in self._groups.values()} or {()}
 
     def _what_if(self, event, group):
         glob = tuple(self._global)
         if group is None:
-            return max(self._eps_events(glob + (event,) + h) for h in self._histories())
+            return max(self._eps_events(_condensed(glob + (event,) + h)) for h in self._histories())
         hist = tuple(self._groups.get(group, ())) + (event,)
-        return max(self._eps, self._eps_events(glob + hist))
+        return max(self.epsilon_spent, self._eps_events(_condensed(glob + hist)))
+
+    def _exact_epsilon(self):
+        glob = tuple(self._global)
+        return max(self._eps_events(_condensed(glob + h)) for h in self._histories())
 
     def _commit(self, event, group):
         if group is None:
@@ -356,6 +532,22 @@ def pure_dp_event(epsilon: float):
         raise ParameterError(f"pure-DP epsilon must be a finite number > 0, got {epsilon!r}")
     return _dpa().RandomizedResponseDpEvent(noise_parameter=2.0 / (1.0 + math.exp(epsilon)),
                                             num_buckets=2)
+
+
+def _binary_rr_rdp(noise_parameter: float, orders: np.ndarray) -> np.ndarray:
+    """Renyi divergence D_a(P || Q) of binary randomized response, P = (p, 1-p),
+    Q = (1-p, p) with p = 1 - noise/2: ``log(p^a q^(1-a) + q^a p^(1-a)) / (a-1)``
+    (order 1: the KL divergence (p - q) log(p/q)); equal to dp-accounting's
+    ``_randomized_response_rdp_replace_one`` for two buckets (tested)."""
+    p = 1.0 - noise_parameter / 2.0
+    lp, lq = math.log(p), math.log1p(-p)
+    a = np.asarray(orders, dtype=float)
+    out = np.empty_like(a)
+    one = np.isclose(a, 1.0)
+    out[one] = (p - (1 - p)) * (lp - lq)
+    b = a[~one]
+    out[~one] = np.logaddexp(b * lp + (1 - b) * lq, b * lq + (1 - b) * lp) / (b - 1.0)
+    return out
 
 
 def _is_pure(event) -> bool:
@@ -421,6 +613,17 @@ class BudgetView(Accountant):
     def fits(self, event) -> bool:
         return self._own.fits(event) and self.parent.fits(event)
 
+    def calibrate(self, make_event, *, low: float = 1e-3, high: float = 1e6,
+                  what: str = "noise multiplier", **kw) -> float:
+        """The smallest z meeting both budgets is the larger of the two
+        calibrations (each constraint is monotone in z); each uses its own
+        accountant's (possibly bracketed, faster) calibration."""
+        z = self._own.calibrate(make_event, low=low, high=high, what=what)
+        if not self.parent.fits(make_event(z)):  # else the parent's smallest z is <= z
+            z = max(z, self.parent.calibrate(make_event, low=low, high=high, what=what))
+        self.reserve(make_event(z))
+        return z
+
     def charge(self, event, group=None, *, label: str = "") -> float:
         eps = self._own.epsilon_if(event, group)
         if eps > self.epsilon_budget * (1 + _SLACK):
@@ -439,8 +642,16 @@ class BudgetView(Accountant):
         out["accountant"] = f"view of {self.parent.name}"
         return out
 
+    def reserve(self, plan_event) -> None:
+        """Reserve the plan in the stage's own record and in the parent."""
+        self._own.reserve(plan_event)
+        self.parent.reserve(plan_event)
+
     def _what_if(self, event, group):
         return self._own.epsilon_if(event, group)
+
+    def _exact_epsilon(self):
+        return self._own.epsilon_spent
 
     def _commit(self, event, group):  # pragma: no cover - charge() is overridden
         raise NotImplementedError
