@@ -180,7 +180,7 @@ def test_dp_gd_honours_init(rng):
 def test_warm_start_from_the_cli_pipeline_with_selection():
     rec = run_pipeline(RunConfig(
         algo="warm-start", loss="lowy-synthetic", data="lowy-synthetic:n=150,d=4", epsilon=2.0, seed=3,
-        params=["warm=dp-sgd", "then=dp-sgd", "warm_params=steps=10,batch=30",
+        params=["warm=dp-sgd", "then=dp-sgd", "warm_params=steps=10,batch=150",
                 "then_params=steps=10,batch=30,step=0.2", "select=above-threshold", "alpha=0.3"]))
     assert rec["privacy"]["relation"] == "add-remove"
     assert rec["privacy"]["epsilon_spent"] == pytest.approx(2.0, rel=1e-4)
