@@ -62,7 +62,10 @@ def jit_serial(signature):
 
 def jit_scalar(signature):
     """Decorator for small scalar helpers (loss derivatives): cached, inlinable."""
-    return numba.njit(signature, fastmath=_FM, cache=CACHE)
+    # error_model="numpy": a division by zero gives inf/nan (which the kernels
+    # clip away) instead of an exception that a first-class function call
+    # cannot propagate
+    return numba.njit(signature, fastmath=_FM, cache=CACHE, error_model="numpy")
 
 
 def jit_inline(func):

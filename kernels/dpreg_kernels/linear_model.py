@@ -5,8 +5,9 @@ through the margin ``m = <x, w>`` only, and ``psi`` is a data-independent term
 (regulariser, or the ``1/2(|w|^2 + sin|w|^2)`` of the warm-start paper's synthetic
 loss).  Its per-sample gradient is ``a(m, y) x + r`` with ``a = dphi/dm`` and
 ``r = grad psi(w)``, so every per-sample quantity the algorithms need follows
-from three dot products per row (``<x,w>``, ``<x,r>``, ``|x|^2``) and one scalar
-call.  The loss supplies ``phi``, ``dphi`` and ``d2phi`` as compiled scalar
+from two dot products per row (``<x,w>``, ``<x,r>``), the squared row norm
+``|x|^2`` (computed once per data set by :func:`row_sqnorms`: O(n) memory) and
+one scalar call.  The loss supplies ``phi``, ``dphi`` and ``d2phi`` as compiled scalar
 functions with the signature :data:`SCALAR_SIG`; the kernels here take them as
 first-class function arguments, so adding a loss adds no loop and no
 recompilation (the kernels are compiled once, from explicit signatures, and
@@ -22,7 +23,16 @@ Every kernel
 * draws no random numbers (noise is added by the caller, outside).
 
 Shapes: ``X`` is ``float64[n, d]`` C-contiguous, ``y`` ``float64[n]``, ``idx``
-``int64[b]`` row numbers (``arange(n)`` for the full batch), vectors ``float64[d]``.
+``int64[b]`` row numbers (``arange(n)`` for the full batch, or any array with
+``full=True`` in the two hot kernels), vectors ``float64[d]``.
+
+The hot kernels are :func:`grad_sum` (O1) and :func:`diff_sum` (O2); measured
+choices (benchmarks/, docs/benchmarks.md): 4-row blocks (sampled 4,096 x 1,000:
+3.4 -> 2.4 ms), precomputed row norms (-13 % at d = 1,000), a separate
+full-batch path, software prefetch for gathers and short rows, fastmath
+without nnan/ninf (1.7x; the overflow guards stay).  float32 is not offered: no
+measured gain.  The thread count is never read inside a kernel (that would
+defeat numba's cache); chunking fixes the result whatever it is.
 """
 from __future__ import annotations
 
@@ -55,10 +65,17 @@ def _n_chunks(b):
 n_chunks = jit_serial(i8(i8))(_n_chunks)
 
 
+#: Rows shorter than this are "short": little work per row, so the kernels
+#: prefetch two blocks ahead, in the full-batch path too (the hardware
+#: prefetcher alone keeps up with long rows: measured, 26 -> 18 ms at
+#: 581,012 x 54 on one thread, no gain at d = 1,000).
+SHORT_ROW = 128
+
+
 def _ahead(d):
-    """Rows a gather kernel prefetches ahead of the block it works on: two
-    blocks for short rows (little work per row), one block for long ones."""
-    return 2 * BLOCK if d < 128 else BLOCK
+    """Rows a kernel prefetches ahead of the block it works on: two blocks for
+    short rows, one block for long ones (gather path only)."""
+    return 2 * BLOCK if d < SHORT_ROW else BLOCK
 
 
 def _prefetch_row(xq):
@@ -98,8 +115,9 @@ def _grad_sum(X, y, nx, idx, full, w, r, dphi, clip):
     as clipped): this is where the O1 sensitivity is enforced.
 
     Rows are processed 4 at a time inside each fixed chunk (one pass over the
-    4 rows for the dot products, one for the accumulation; the gather variant
-    prefetches the next block's rows): X is read once.
+    4 rows for the dot products, one for the accumulation, the rows still in
+    cache); the rows of a later block are prefetched (gather path, and short
+    rows in the full path): X is read once from memory.
     """
     n = X.shape[0]
     d = X.shape[1]
@@ -115,6 +133,7 @@ def _grad_sum(X, y, nx, idx, full, w, r, dphi, clip):
         rr += r[j] * r[j]
     clip2 = clip * clip
     ahead = _ahead(d)
+    short = d < SHORT_ROW
     for c in prange(nc):
         lo = c * step
         hi = min(b, lo + step)
@@ -128,6 +147,9 @@ def _grad_sum(X, y, nx, idx, full, w, r, dphi, clip):
                 i1 = t + 1
                 i2 = t + 2
                 i3 = t + 3
+                if short and t + ahead + BLOCK <= hi:
+                    for q in range(t + ahead, t + ahead + BLOCK):
+                        _prefetch_row(X[q])
             else:
                 i0 = idx[t]
                 i1 = idx[t + 1]
@@ -176,15 +198,19 @@ def _grad_sum(X, y, nx, idx, full, w, r, dphi, clip):
             s1 = _scale(g1, clip, clip2)
             s2 = _scale(g2, clip, clip2)
             s3 = _scale(g3, clip, clip2)
-            # a dropped term (s = 0) reads a zero row: 0 * inf never enters
+            # a dropped term (s = 0) reads a zero row with a zero coefficient: 0 * inf never enters
             if s0 == 0.0:
                 x0 = zero
+                a0 = 0.0
             if s1 == 0.0:
                 x1 = zero
+                a1 = 0.0
             if s2 == 0.0:
                 x2 = zero
+                a2 = 0.0
             if s3 == 0.0:
                 x3 = zero
+                a3 = 0.0
             c0 = s0 * a0
             c1 = s1 * a1
             c2 = s2 * a2
@@ -252,6 +278,7 @@ def _diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, clip):
         rr += dr[j] * dr[j]
     clip2 = clip * clip
     ahead = _ahead(d)
+    short = d < SHORT_ROW
     for c in prange(nc):
         lo = c * step
         hi = min(b, lo + step)
@@ -265,6 +292,9 @@ def _diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, clip):
                 i1 = t + 1
                 i2 = t + 2
                 i3 = t + 3
+                if short and t + ahead + BLOCK <= hi:
+                    for q in range(t + ahead, t + ahead + BLOCK):
+                        _prefetch_row(X[q])
             else:
                 i0 = idx[t]
                 i1 = idx[t + 1]
@@ -328,12 +358,16 @@ def _diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, clip):
             s3 = _scale(g3, clip, clip2)
             if s0 == 0.0:
                 x0 = zero
+                a0 = 0.0
             if s1 == 0.0:
                 x1 = zero
+                a1 = 0.0
             if s2 == 0.0:
                 x2 = zero
+                a2 = 0.0
             if s3 == 0.0:
                 x3 = zero
+                a3 = 0.0
             c0 = s0 * a0
             c1 = s1 * a1
             c2 = s2 * a2
