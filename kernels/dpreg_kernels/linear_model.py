@@ -30,8 +30,8 @@ The hot kernels are :func:`grad_sum` (O1) and :func:`diff_sum` (O2); measured
 choices (benchmarks/, docs/benchmarks.md): 4-row blocks (sampled 4,096 x 1,000:
 3.4 -> 2.4 ms), precomputed row norms (-13 % at d = 1,000), a separate
 full-batch path, software prefetch for gathers and short rows, fastmath
-without nnan/ninf (1.7x; the overflow guards stay).  float32 is not offered: no
-measured gain.  The thread count is never read inside a kernel (that would
+without nnan/ninf (1.7x; the overflow guards stay).  float32 is not offered
+(issue #4 measured it barely faster).  The thread count is never read inside a kernel (that would
 defeat numba's cache); chunking fixes the result whatever it is.
 """
 from __future__ import annotations
