@@ -9,6 +9,10 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: the example third-party package's own tests run inside test_plugin_package.py,
+#: with the package installed; they are not part of this suite's collection
+collect_ignore = ["plugin_pkg"]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
