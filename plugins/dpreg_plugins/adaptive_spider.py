@@ -73,6 +73,7 @@ class AdaptiveSpider(Algorithm):
     uses_noise = True
     data_access = "single-pass"
     relation = "replace-one"
+    honours_init = True
     params = (
         ParamSpec("alpha", "float", None, "target accuracy alpha (sets b, b_t, kappa, thresholds)",
                   "Thm 3.11: ((BGM)^(1/3)+sqrt(BM)) (sqrt(d)/(n eps))^(1/2) + (B^(2/9)M^(2/9)G^(5/9)"
@@ -160,7 +161,7 @@ class AdaptiveSpider(Algorithm):
         access = SinglePass(n, self.rng("adaptive-spider sampling"))
         pert_rng = self.rng("adaptive-spider perturbation")
         eta, radius = r["step"], r["radius"]
-        w = np.zeros(d)
+        w = self.initial_point()
         w_prev = w
         drift = r["kappa"]          # drift_0 = kappa: the first step calls O1
         frozen = 1                  # frozen_{-1} = 1

@@ -64,6 +64,7 @@ class DPSpider(Algorithm):
     uses_noise = True
     data_access = "resample"
     relation = "add-remove"
+    honours_init = True
     params = COMMON + (
         ParamSpec("steps", "int", 100, "iteration number T",
                   "practical default T = 100 (warm-start paper section 9: baselines run 100 iterations)", low=1),
@@ -106,7 +107,7 @@ class DPSpider(Algorithm):
                               accountant=self.accountant, seed=np.random.SeedSequence([self.seed] + [ord(c) for c in "dp-spider noise"]),
                               clip=clip, smoothness=M,
                               diff_cap=2.0 * clip if self.p["lipschitz_cap"] else None)
-        w = np.zeros(pb.d)
+        w = self.initial_point()
         w_prev = w
         avg = np.zeros(pb.d)
         pick = int(self.rng("dp-spider output").integers(1, T + 1))
