@@ -1,0 +1,83 @@
+"""Start-up and compile-cache facts (timings live in benchmarks/).
+
+* ``dpreg --help`` and ``dpreg list`` import no numba, llvmlite or kernels
+  (that is what keeps them fast);
+* after one warm-up run, a fresh process running the default pipeline compiles
+  nothing: every kernel and every loss scalar comes from numba's on-disk cache
+  (counted with numba's ``numba:compile`` events, which fire only on a cache
+  miss, and the dispatchers' cache-hit statistics).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+_IMPORTS = textwrap.dedent("""
+    import json, sys
+    from dpreg.cli import main
+    try:
+        main(sys.argv[1:])
+    except SystemExit as exc:
+        assert exc.code in (0, None), exc.code
+    heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("numba", "llvmlite", "dpreg_kernels"))
+    print(json.dumps(heavy))
+""")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["list", "loss"]])
+def test_cli_help_and_list_import_no_numba(args):
+    res = subprocess.run([sys.executable, "-c", _IMPORTS, *args], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    heavy = json.loads(res.stdout.strip().splitlines()[-1])
+    assert heavy == [], f"dpreg {' '.join(args)} imported {heavy[:5]}"
+
+
+_CACHED_RUN = textwrap.dedent("""
+    import json
+    from numba.core import event as ev
+    from numba.core.dispatcher import Dispatcher
+    with ev.install_recorder("numba:compile") as rec:
+        from dpreg.pipeline import RunConfig, run_pipeline
+        from dpreg.registry import get_registry
+        out = run_pipeline(RunConfig(seed=0))
+        # the O2 kernel and the evaluation kernels too, for every loss's scalars
+        import numpy as np
+        from dpreg.problem import Problem
+        reg = get_registry()
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((40, 3)) / 3
+        for name in reg.names("loss"):
+            loss = reg.get("loss", name)
+            y = np.where(rng.random(40) < .5, 1.0, -1.0) if loss.labels == "binary" else rng.random(40)
+            pb = Problem(loss, X, y)
+            w = np.full(3, 0.1)
+            pb.clipped_grad_sum(w, None, 1.0); pb.clipped_grad_sum(w, np.arange(5), 1.0)
+            pb.clipped_diff_sum(w, 2 * w, None, 1.0); pb.value(w); pb.hvp(w, w); pb.hessian(w)
+    import dpreg_kernels.linear_model as K
+    hits = {n: sum(getattr(K, n).stats.cache_hits.values()) for n in ("grad_sum", "diff_sum", "row_sqnorms",
+            "phi_sum", "hvp_sum", "hessian_sum")}
+    compiled = [str(getattr(e.data.get("dispatcher"), "py_func", e.data.get("dispatcher"))) for _, e in rec.buffer
+                if e.is_start]
+    print(json.dumps({"compiled": compiled, "hits": hits, "compile_s": out["timing"]["compile_s"]}))
+""")
+
+
+def _run_cached(env):
+    res = subprocess.run([sys.executable, "-c", _CACHED_RUN], capture_output=True, text=True, timeout=900,
+                         env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def test_second_run_loads_every_kernel_from_cache(tmp_path):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    first = _run_cached(env)    # cold cache: compiles
+    assert first["compiled"], "a cold cache must compile (the count works)"
+    second = _run_cached(env)
+    assert second["compiled"] == [], f"recompiled in a fresh process: {second['compiled'][:5]}"
+    assert all(v >= 1 for v in second["hits"].values()), second["hits"]
