@@ -158,19 +158,27 @@ def clopper_pearson_upper(k, n: int, alpha: float):
     return np.where(k >= n, 1.0, up)
 
 
-def epsilon_lower_bound(fp, n0: int, fn, n1: int, delta: float, confidence: float = 0.95):
-    """Lower bound on epsilon, valid with probability >= ``confidence``, from
-    ``fp`` false positives among ``n0`` runs on the neighbour and ``fn`` false
-    negatives among ``n1`` runs on the canary data set (vectorized)."""
+def _eps_parts(fp, n0: int, fn, n1: int, delta: float, confidence: float):
+    """The two hypothesis-testing bounds log((1-delta-FNR)/FPR) and
+    log((1-delta-FPR)/FNR) at Clopper-Pearson upper rates (NaN-free, may be < 0)."""
     alpha = (1.0 - confidence) / 2.0
     fpr = clopper_pearson_upper(fp, n0, alpha)
     fnr = clopper_pearson_upper(fn, n1, alpha)
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.log(np.maximum(1.0 - delta - fnr, 0.0) / fpr)
         b = np.log(np.maximum(1.0 - delta - fpr, 0.0) / fnr)
-    eps = np.maximum(np.maximum(np.nan_to_num(a, nan=0.0, neginf=0.0),
-                                np.nan_to_num(b, nan=0.0, neginf=0.0)), 0.0)
-    return eps, fpr, fnr
+    a = np.nan_to_num(a, nan=0.0, neginf=0.0)
+    b = np.nan_to_num(b, nan=0.0, neginf=0.0)
+    return a, b, fpr, fnr
+
+
+def epsilon_lower_bound(fp, n0: int, fn, n1: int, delta: float, confidence: float = 0.95):
+    """Lower bound on epsilon, valid with probability >= ``confidence``, from
+    ``fp`` false positives among ``n0`` runs on the neighbour and ``fn`` false
+    negatives among ``n1`` runs on the canary data set (vectorized).  Returns
+    ``(eps_lower, fpr_upper, fnr_upper)``."""
+    a, b, fpr, fnr = _eps_parts(fp, n0, fn, n1, delta, confidence)
+    return np.maximum(np.maximum(a, b), 0.0), fpr, fnr
 
 
 def _errors(s1, s0, tau, sign):
@@ -185,14 +193,22 @@ def _errors(s1, s0, tau, sign):
 
 
 def choose_test(s1, s0, delta: float, confidence: float) -> tuple[float, int]:
-    """Threshold and direction maximizing the epsilon bound on these (calibration) stats."""
+    """Threshold and direction maximizing the epsilon bound on these
+    (calibration) stats.  A bound whose numerator rests on fewer than
+    max(20, 5%) of the calibration runs is not considered: far-tail thresholds
+    win on calibration by chance and lose on fresh runs."""
     best = (-1.0, 0.0, 1)
+    n1, n0 = len(s1), len(s0)
+    floor1, floor0 = max(20, 0.05 * n1), max(20, 0.05 * n0)
     for sign in (1, -1):
         cand = np.unique(np.concatenate([sign * np.asarray(s1), sign * np.asarray(s0)]))
         if cand.size > 2000:  # quantile grid keeps this O(trials)
             cand = np.unique(np.quantile(cand, np.linspace(0, 1, 2001)))
         fp, fn = _errors(s1, s0, cand, sign)
-        eps, _, _ = epsilon_lower_bound(fp, len(s0), fn, len(s1), delta, confidence)
+        a, b, _, _ = _eps_parts(fp, n0, fn, n1, delta, confidence)
+        a = np.where(n1 - fn >= floor1, a, -np.inf)  # numerator: true positives
+        b = np.where(n0 - fp >= floor0, b, -np.inf)  # numerator: true negatives
+        eps = np.maximum(a, b)
         i = int(np.argmax(eps))
         if eps[i] > best[0]:
             best = (float(eps[i]), float(cand[i]), sign)
