@@ -11,6 +11,7 @@ import numpy as np
 
 from dpreg import hookimpl
 from dpreg.accounting import gaussian_event, self_composed
+from dpreg.errors import BudgetExceededError
 from dpreg.interfaces import Algorithm, Participation, RunOutput, charge
 from dpreg.params import ParamSpec
 from dpreg.trajectory import Trajectory
@@ -23,6 +24,32 @@ COMMON = (
     ParamSpec("radius", "float", None, "project iterates onto the ball of this radius",
               "the loss's feasible radius if it has one, else no projection", low=0, low_open=True),
 )
+
+
+NOISE_MULTIPLIER = ParamSpec(
+    "noise_multiplier", "float", None,
+    "fixed noise multiplier z (noise std = z x sensitivity); the whole plan is checked against "
+    "the budget before the first release",
+    "default: calibrated - the smallest z whose T-step plan spends at most (eps, delta)",
+    low=0, low_open=True)
+
+
+def plan_noise(accountant, make_event, fixed):
+    """The noise multiplier of a run whose whole plan is ``make_event(z)``:
+    calibrated when ``fixed`` is None; else ``fixed`` if its plan fits the
+    budget, and otherwise BudgetExceededError (before any release) saying by
+    how much the plan overshoots."""
+    if fixed is None:
+        return accountant.calibrate(make_event)
+    z = float(fixed)
+    event = make_event(z)
+    if not accountant.fits(event):
+        eps = accountant.epsilon_of_plan(event)
+        budget = accountant.epsilon_budget
+        raise BudgetExceededError(
+            f"plan spends eps={eps:.4g} > budget {budget:g} (over by {eps - budget:.4g}) at "
+            f"delta={accountant.delta:g}: raise noise_multiplier or lower steps")
+    return z
 
 
 def resolve_common(problem, p):
@@ -51,13 +78,15 @@ class DPGD(Algorithm):
     honours_init = True
     params = COMMON + (
         ParamSpec("steps", "int", 50, "number of iterations T", "practical default T=50", low=1),
+        NOISE_MULTIPLIER,
     )
 
     def run(self) -> RunOutput:
         pb = self.problem
         clip, step, radius = resolve_common(pb, self.p)
         T = int(self.p["steps"])
-        z = self.accountant.calibrate(lambda z: self_composed(gaussian_event(z), T))
+        z = plan_noise(self.accountant, lambda z: self_composed(gaussian_event(z), T),
+                       self.p.get("noise_multiplier"))
         rng = self.rng("dp-gd noise")
         w = self.initial_point()
         sens = self.accountant.sensitivity_factor * clip / pb.n

@@ -19,7 +19,7 @@ from dpreg.interfaces import Algorithm, RunOutput, charge
 from dpreg.params import ParamSpec
 from dpreg.trajectory import Trajectory
 
-from .dp_gd import COMMON, project, resolve_common
+from .dp_gd import COMMON, NOISE_MULTIPLIER, plan_noise, project, resolve_common
 
 
 class DPSGD(Algorithm):
@@ -39,6 +39,7 @@ class DPSGD(Algorithm):
         ParamSpec("output", "str", "last", "which iterate to return",
                   "Alg 3 returns a uniformly random iterate ('random')",
                   choices=("last", "average", "random")),
+        NOISE_MULTIPLIER,
     )
 
     def run(self) -> RunOutput:
@@ -55,7 +56,8 @@ class DPSGD(Algorithm):
         else:
             def step_event(z):
                 return poisson_sampled(q, gaussian_event(z))
-        z = self.accountant.calibrate(lambda z: self_composed(step_event(z), T))
+        z = plan_noise(self.accountant, lambda z: self_composed(step_event(z), T),
+                       self.p.get("noise_multiplier"))
         from dpreg.access import Resample
 
         access = Resample(pb.n, self.rng("dp-sgd sampling"))
