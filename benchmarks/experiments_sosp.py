@@ -167,6 +167,28 @@ def _fmt(x, spec):
     return "—" if x is None or (isinstance(x, float) and np.isnan(x)) else format(x, spec)
 
 
+def reference_at_zero(dset: str, loss: str) -> dict | None:
+    """|grad F^| and lambda_min at the common start w = 0 (every algorithm here
+    starts there) and the test set's majority-class rate; None without data."""
+    try:
+        from dpreg import metrics
+        from dpreg.data import prepare
+        from dpreg.problem import Problem
+        from dpreg.registry import get_registry
+
+        lo = get_registry().get("loss", loss)
+        train, test = data_paths(dset)
+        with np.load(train) as f:
+            X, y = prepare(f["X"], f["y"], labels=lo.labels, where=dset)
+        with np.load(test) as f:
+            Xt, yt = prepare(f["X"], f["y"], labels=lo.labels, where=dset)
+    except (SystemExit, OSError):
+        return None
+    pb, w = Problem(lo, X, y), np.zeros(X.shape[1])
+    return {"grad_norm": float(np.linalg.norm(pb.gradient(w))), "lambda_min": metrics.lambda_min(pb, w),
+            "majority": float(max(np.mean(yt > 0), np.mean(yt < 0)))}
+
+
 def tree_vs_gaussian(agg) -> list[str]:
     """Per SPIDER method: in how many (data, loss, eps) cells tree noise gives
     a smaller mean |grad F| / higher mean test accuracy than gaussian."""
@@ -203,7 +225,7 @@ def render(raw: dict[tuple, dict], meta: dict) -> str:
            "Setup: training split `../shared/data/*.trn.bz2`, test split `*.tst.bz2`; every record scaled "
            "into the unit ball on its own; delta = 1/n; every algorithm with its default parameters "
            "(`dpreg info NAME`), run through `dpreg.pipeline.run_pipeline`; mean ± sd over "
-           f"{meta.get('seeds', SEEDS)} seeds.  |∇F̂| and λ_min are of the *training* objective at the "
+           f"{meta.get('seeds', SEEDS)} seeds.  ‖∇F̂‖ and λ_min are of the *training* objective at the "
            "returned point (evaluation only); accuracy is on the test split; records = records touched "
            "(single-pass methods: distinct records; dp-sgd: record-uses over all steps; dp-gd: n); "
            "time = the algorithm's run (no data loading, compilation or evaluation), "
@@ -215,9 +237,9 @@ def render(raw: dict[tuple, dict], meta: dict) -> str:
     tv = tree_vs_gaussian(agg)
     out += ["## Does tree noise beat Gaussian noise at equal ε?", "",
             "Cells = (data set, loss, ε) combinations; \"tree wins |∇F̂|\" counts cells where the mean "
-            "gradient norm with `--noise tree` is smaller; the ratio is tree/gaussian mean |∇F̂| "
+            "gradient norm with `--noise tree` is smaller; the ratio is tree/gaussian mean ‖∇F̂‖ "
             "(median over cells); accuracy ties are differences < 0.05 points.", "",
-            "| method | cells | tree wins |∇F̂| | median |∇F̂| ratio tree/gauss | tree wins acc | acc ties |",
+            "| method | cells | tree wins ‖∇F̂‖ | median ‖∇F̂‖ ratio tree/gauss | tree wins acc | acc ties |",
             "|---|---|---|---|---|---|"] + (tv or ["| (no SPIDER runs yet) | | | | | |"])
     out += ["", "<!-- FINDINGS -->", ""]
     for dset in DATASETS:
@@ -228,8 +250,12 @@ def render(raw: dict[tuple, dict], meta: dict) -> str:
             any_row = next(r for r in raw.values() if r["data"] == dset and "n" in r) if any(
                 r["data"] == dset and "n" in r for r in raw.values()) else {}
             out += [f"## {dset}, {loss}" + (f" (n = {any_row['n']}, d = {any_row['d']})" if any_row else ""), "",
-                    "| method | ε | |∇F̂| | λ_min | test acc | records | time (s) |",
+                    "| method | ε | ‖∇F̂‖ | λ_min | test acc (%) | records | time (s) |",
                     "|---|---|---|---|---|---|---|"]
+            z = reference_at_zero(dset, loss)
+            if z:
+                out.append(f"| *start w = 0 (acc: majority class)* | | {z['grad_norm']:.4f} | "
+                           f"{z['lambda_min']:.2e} | {100 * z['majority']:.2f} | | |")
             for algo, noise in METHODS:
                 for eps in EPSILONS:
                     k = (dset, loss, algo, noise or "-", eps)
