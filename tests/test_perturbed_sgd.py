@@ -271,3 +271,12 @@ def test_batch_larger_than_data_is_a_user_error(registry, algo_cls, logistic_pro
     with pytest.raises(ParameterError, match="batch1"):
         algo.run()
     assert acc.n_charges == 0
+
+
+def test_starts_from_a_meta_algorithm_initial_point(algo_cls, logistic_problem):
+    algo, _ = _algo(algo_cls, logistic_problem, NoNoise, max_steps=1)
+    w0 = np.linspace(-0.5, 0.5, logistic_problem.d)
+    algo.init = w0
+    out = algo.run()
+    traj = out.info["trajectory"]
+    assert np.array_equal(traj.iterates[0], w0) and not np.array_equal(out.w, w0)

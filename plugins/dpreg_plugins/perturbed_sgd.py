@@ -134,6 +134,7 @@ class PerturbedSGD(Algorithm):
     uses_noise = True
     data_access = "single-pass"
     relation = "replace-one"
+    honours_init = True  # a meta-algorithm's starting point (warm start) overrides ``init``
     params = (
         ParamSpec("alpha", "float", None, "target accuracy alpha = 4 chi; |g| <= 3 chi triggers the escape test",
                   "Thm 2: alpha = (GUM/n)^(1/3) + G^(2/15) U^(2/5) M^(8/15) rho^(-1/15) (sqrt(d)/(n eps))^(2/5) "
@@ -243,7 +244,9 @@ class PerturbedSGD(Algorithm):
                               smoothness=r["diff_clip"], diff_cap=2 * r["clip"])
         oracle = AdaptiveSpiderOracle(est, access, b1=r["batch1"], b2=r["batch2"], kappa=r["kappa"],
                                       max_phase=r["horizon"])
-        if self.p["init"] == "random":
+        if self.init is not None:
+            x = self.initial_point()
+        elif self.p["init"] == "random":
             x = self.rng("perturbed-sgd init").standard_normal(pb.d)
             x *= 0.01 / max(np.linalg.norm(x), 1e-300)
         else:
