@@ -49,6 +49,7 @@ def plan_noise(accountant, make_event, fixed):
         raise BudgetExceededError(
             f"plan spends eps={eps:.4g} > budget {budget:g} (over by {eps - budget:.4g}) at "
             f"delta={accountant.delta:g}: raise noise_multiplier or lower steps")
+    accountant.reserve(event)  # as calibrate() does: the plan's releases are covered
     return z
 
 
