@@ -236,7 +236,7 @@ def render(raw: dict[tuple, dict], meta: dict) -> str:
     errors = [(k, a["errors"]) for k, a in agg.items() if a["errors"]]
     tv = tree_vs_gaussian(agg)
     out += ["## Does tree noise beat Gaussian noise at equal ε?", "",
-            "Cells = (data set, loss, ε) combinations; \"tree wins |∇F̂|\" counts cells where the mean "
+            "Cells = (data set, loss, ε) combinations; \"tree wins ‖∇F̂‖\" counts cells where the mean "
             "gradient norm with `--noise tree` is smaller; the ratio is tree/gaussian mean ‖∇F̂‖ "
             "(median over cells); accuracy ties are differences < 0.05 points.", "",
             "| method | cells | tree wins ‖∇F̂‖ | median ‖∇F̂‖ ratio tree/gauss | tree wins acc | acc ties |",
