@@ -334,6 +334,8 @@ def _validate(cfg: AuditConfig) -> None:
         raise ParameterError(f"participation must be all or disjoint, got {cfg.participation!r}")
     if not (math.isfinite(cfg.canary_norm) and cfg.canary_norm > 0):
         raise ParameterError(f"canary norm must be a finite number > 0, got {cfg.canary_norm!r}")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
+        raise ParameterError(f"seed must be an integer >= 0, got {cfg.seed!r}")
     if not (0 < cfg.confidence < 1):
         raise ParameterError(f"confidence must be in (0, 1), got {cfg.confidence!r}")
 

@@ -33,7 +33,27 @@ def user_errors(f):
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Group(click.Group):
+    """A click group whose own usage errors (a bad option value, an unknown
+    option) also print one line ``error: ...`` on stderr and exit with status 2."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        except click.exceptions.ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `dpreg`: show the help
+                exc.show()
+                sys.exit(exc.exit_code)
+            click.echo("error: " + " ".join(exc.format_message().split()), err=True)
+            sys.exit(2)
+        except click.exceptions.Abort:
+            click.echo("aborted; no output written", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dpreg")
 def cli():
     """Differentially private non-convex optimization.

@@ -58,10 +58,11 @@ def load_file(path: str, n_features: int | None = None) -> tuple[np.ndarray, np.
         raise DataError(f"data path is a directory, not a file: {path}")
     base = _strip_compression(path)
     try:
-        if base.endswith(".npz"):
-            return _load_npz(path)
-        if base.endswith(".csv"):
-            return _load_csv(path)
+        if base.endswith(".npz") or base.endswith(".csv"):
+            X, y = _load_npz(path) if base.endswith(".npz") else _load_csv(path)
+            if n_features and X.ndim == 2 and X.shape[1] != n_features:  # columns are explicit here
+                raise DataError(f"{path}: {X.shape[1]} features, but the training data has {n_features}")
+            return X, y
         if base.endswith(SVM_EXT) or "." not in os.path.basename(base):
             return _load_svmlight(path, n_features)
     except DataError:
@@ -148,7 +149,11 @@ def _load_npz(path):
         missing = [k for k in ("X", "y") if k not in z.files]
         if missing:
             raise DataError(f"{path}: .npz needs arrays 'X' and 'y' (missing {', '.join(missing)})")
-        return np.asarray(z["X"], dtype=np.float64), np.asarray(z["y"], dtype=np.float64)
+        X, y = z["X"], z["y"]
+        for k, a in (("X", X), ("y", y)):
+            if a.dtype.kind not in "biuf":
+                raise DataError(f"{path}: array {k!r} must hold real numbers, got dtype {a.dtype}")
+        return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
 
 def binary_labels(y: np.ndarray, where: str) -> np.ndarray:

@@ -71,7 +71,8 @@ def load_data(spec: str, *, seed: int, labels: str, d: int | None = None, test: 
     if name in reg.names("dataset"):
         try:
             src = reg.get("dataset", name)(**kw)
-            X, y = src.load(seed)
+            with np.errstate(all="ignore"):  # bad options: one error line, no warnings
+                X, y = src.load(seed)
         except (TypeError, ValueError) as exc:
             raise ParameterError(f"data set {name!r}: bad options {kw}: {exc}") from None
         X, y = prepare(X, y, labels=labels, where=f"{where} {name}", d=d, copy=False)
@@ -111,6 +112,8 @@ def run_pipeline(cfg: RunConfig) -> dict:
         check_budget_args(cfg.epsilon, cfg.delta)
     else:
         check_budget_args(cfg.epsilon, 0.5)
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, (int, np.integer)) or cfg.seed < 0:
+        raise ParameterError(f"seed must be an integer >= 0, got {cfg.seed!r}")
     if cfg.alpha is not None and not cfg.alpha > 0:
         raise ParameterError(f"alpha must be > 0, got {cfg.alpha}")
     if cfg.test_fraction is not None and cfg.test_data is not None:
