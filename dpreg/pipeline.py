@@ -157,7 +157,8 @@ def run_pipeline(cfg: RunConfig) -> dict:
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed,
                     progress=cfg.progress)
     t0 = time.perf_counter()
-    out = algo.run()
+    with np.errstate(all="ignore"):  # a diverging run is reported below, in one line
+        out = algo.run()
     t_run = time.perf_counter() - t0
     w = np.asarray(out.w, dtype=float)
     if not np.all(np.isfinite(w)):
