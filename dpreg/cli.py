@@ -62,6 +62,7 @@ def cli():
     dpreg run                       adaptive-spider + tree noise on breast-cancer
     dpreg list [KIND] [--json]      registered plugins
     dpreg info NAME                 parameters and their paper formulas
+    dpreg audit --algo NAME         empirical privacy audit (epsilon lower bound)
     """
 
 
