@@ -47,12 +47,16 @@ def test_e2e_ijcnn1(benchmark, algo):
     def body():
         rec.update(run_pipeline(RunConfig(algo=algo, loss="sigmoid-l2", data=str(IJCNN1), epsilon=1.0, seed=0)))
 
-    try:
-        body()  # warm-up: kernels compiled / loaded, file cache warm
-    except DpregError as exc:
-        pytest.skip(f"{algo} does not run with sigmoid-l2 on IJCNN1: {exc}")
+    def guarded():
+        try:
+            body()
+        except DpregError as exc:
+            rec["skip"] = str(exc)
+
     benchmark.group = "e2e-ijcnn1"
-    benchmark.pedantic(body, rounds=2, iterations=1)
+    benchmark.pedantic(guarded, rounds=1, iterations=1)  # kernels come from numba's cache
+    if "skip" in rec:
+        pytest.skip(f"{algo} does not run with sigmoid-l2 on IJCNN1: {rec['skip']}")
     t = rec["timing"]
     benchmark.extra_info.update({
         "kind": "e2e", "algo": algo, "noise": rec["config"].get("noise"), "data_s": t["data_s"],

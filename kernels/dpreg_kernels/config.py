@@ -35,9 +35,17 @@ MIN_CHUNK_ROWS: int = 256
 BLOCK: int = 4
 
 
+#: Parallelism comes from explicit ``prange`` loops only: numba's automatic
+#: conversions (np.zeros, array expressions, reductions, fusion) would turn every
+#: allocation into one more parallel region to compile (measured: they cost
+#: seconds of compile time per kernel and gain nothing here).
+PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace_binop": False,
+            "setitem": False, "numpy": False, "stencil": False, "fusion": False}
+
+
 def jit_parallel(signature):
     """Decorator: eager, cached, parallel njit with the project's flags."""
-    return numba.njit(signature, parallel=True, fastmath=_FM, cache=CACHE, nogil=True)
+    return numba.njit(signature, parallel=PARALLEL, fastmath=_FM, cache=CACHE, nogil=True)
 
 
 def jit_serial(signature):
@@ -71,4 +79,4 @@ def jit_scalar(signature):
 def jit_inline(func):
     """Decorator for small helpers called only from kernels: inlined into the
     caller at numba-IR level, compiled with the caller's types."""
-    return numba.njit(fastmath=_FM, cache=CACHE, inline="always")(func)
+    return numba.njit(fastmath=_FM, cache=CACHE)(func)

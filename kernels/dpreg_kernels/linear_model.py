@@ -103,6 +103,114 @@ def _over(g2, clip2):
     return 1
 
 
+def _grad_chunk(X, y, nx, idx, full, w, r, rr, dphi, clip, clip2, ahead, short, zero, lo, hi, acc):
+    """Rows ``lo..hi`` of the batch into ``acc``; returns (sum of clip factors,
+    number clipped).  One chunk of :func:`_grad_sum` (a separate function so
+    numba's parallel passes see a small loop body: compile time)."""
+    d = X.shape[1]
+    cs = 0.0
+    k = 0
+    t = lo
+    while t + BLOCK <= hi:
+        if full:
+            i0 = t
+            i1 = t + 1
+            i2 = t + 2
+            i3 = t + 3
+            if short and t + ahead + BLOCK <= hi:
+                for q in range(t + ahead, t + ahead + BLOCK):
+                    _prefetch_row(X[q])
+        else:
+            i0 = idx[t]
+            i1 = idx[t + 1]
+            i2 = idx[t + 2]
+            i3 = idx[t + 3]
+            if t + ahead + BLOCK <= hi:
+                for q in range(t + ahead, t + ahead + BLOCK):
+                    _prefetch_row(X[idx[q]])
+        x0 = X[i0]
+        x1 = X[i1]
+        x2 = X[i2]
+        x3 = X[i3]
+        m0 = 0.0
+        m1 = 0.0
+        m2 = 0.0
+        m3 = 0.0
+        p0 = 0.0
+        p1 = 0.0
+        p2 = 0.0
+        p3 = 0.0
+        for j in range(d):
+            wj = w[j]
+            rj = r[j]
+            v0 = x0[j]
+            v1 = x1[j]
+            v2 = x2[j]
+            v3 = x3[j]
+            m0 += v0 * wj
+            m1 += v1 * wj
+            m2 += v2 * wj
+            m3 += v3 * wj
+            p0 += v0 * rj
+            p1 += v1 * rj
+            p2 += v2 * rj
+            p3 += v3 * rj
+        a0 = dphi(m0, y[i0])
+        a1 = dphi(m1, y[i1])
+        a2 = dphi(m2, y[i2])
+        a3 = dphi(m3, y[i3])
+        g0 = a0 * a0 * nx[i0] + 2.0 * a0 * p0 + rr
+        g1 = a1 * a1 * nx[i1] + 2.0 * a1 * p1 + rr
+        g2 = a2 * a2 * nx[i2] + 2.0 * a2 * p2 + rr
+        g3 = a3 * a3 * nx[i3] + 2.0 * a3 * p3 + rr
+        k += _over(g0, clip2) + _over(g1, clip2) + _over(g2, clip2) + _over(g3, clip2)
+        s0 = _scale(g0, clip, clip2)
+        s1 = _scale(g1, clip, clip2)
+        s2 = _scale(g2, clip, clip2)
+        s3 = _scale(g3, clip, clip2)
+        # a dropped term (s = 0) reads a zero row with a zero coefficient: 0 * inf never enters
+        if s0 == 0.0:
+            x0 = zero
+            a0 = 0.0
+        if s1 == 0.0:
+            x1 = zero
+            a1 = 0.0
+        if s2 == 0.0:
+            x2 = zero
+            a2 = 0.0
+        if s3 == 0.0:
+            x3 = zero
+            a3 = 0.0
+        c0 = s0 * a0
+        c1 = s1 * a1
+        c2 = s2 * a2
+        c3 = s3 * a3
+        for j in range(d):
+            acc[j] += (c0 * x0[j] + c1 * x1[j]) + (c2 * x2[j] + c3 * x3[j])
+        cs += (s0 + s1) + (s2 + s3)
+        t += BLOCK
+    while t < hi:
+        i = t if full else idx[t]
+        xi = X[i]
+        m = 0.0
+        p = 0.0
+        for j in range(d):
+            v = xi[j]
+            m += v * w[j]
+            p += v * r[j]
+        a = dphi(m, y[i])
+        g = a * a * nx[i] + 2.0 * a * p + rr
+        k += _over(g, clip2)
+        s = _scale(g, clip, clip2)
+        if s != 0.0:
+            sa = s * a
+            for j in range(d):
+                acc[j] += sa * xi[j]
+            cs += s
+        t += 1
+    return cs, k
+
+
 def _grad_sum(X, y, nx, idx, full, w, r, dphi, clip):
     """Sum over the batch of ``min(1, clip/|g_i|) g_i`` with
     ``g_i = dphi(<x_i,w>, y_i) x_i + r`` (``r`` = gradient of the
@@ -137,107 +245,8 @@ def _grad_sum(X, y, nx, idx, full, w, r, dphi, clip):
     for c in prange(nc):
         lo = c * step
         hi = min(b, lo + step)
-        acc = part[c]
-        cs = 0.0
-        k = 0
-        t = lo
-        while t + BLOCK <= hi:
-            if full:
-                i0 = t
-                i1 = t + 1
-                i2 = t + 2
-                i3 = t + 3
-                if short and t + ahead + BLOCK <= hi:
-                    for q in range(t + ahead, t + ahead + BLOCK):
-                        _prefetch_row(X[q])
-            else:
-                i0 = idx[t]
-                i1 = idx[t + 1]
-                i2 = idx[t + 2]
-                i3 = idx[t + 3]
-                if t + ahead + BLOCK <= hi:
-                    for q in range(t + ahead, t + ahead + BLOCK):
-                        _prefetch_row(X[idx[q]])
-            x0 = X[i0]
-            x1 = X[i1]
-            x2 = X[i2]
-            x3 = X[i3]
-            m0 = 0.0
-            m1 = 0.0
-            m2 = 0.0
-            m3 = 0.0
-            p0 = 0.0
-            p1 = 0.0
-            p2 = 0.0
-            p3 = 0.0
-            for j in range(d):
-                wj = w[j]
-                rj = r[j]
-                v0 = x0[j]
-                v1 = x1[j]
-                v2 = x2[j]
-                v3 = x3[j]
-                m0 += v0 * wj
-                m1 += v1 * wj
-                m2 += v2 * wj
-                m3 += v3 * wj
-                p0 += v0 * rj
-                p1 += v1 * rj
-                p2 += v2 * rj
-                p3 += v3 * rj
-            a0 = dphi(m0, y[i0])
-            a1 = dphi(m1, y[i1])
-            a2 = dphi(m2, y[i2])
-            a3 = dphi(m3, y[i3])
-            g0 = a0 * a0 * nx[i0] + 2.0 * a0 * p0 + rr
-            g1 = a1 * a1 * nx[i1] + 2.0 * a1 * p1 + rr
-            g2 = a2 * a2 * nx[i2] + 2.0 * a2 * p2 + rr
-            g3 = a3 * a3 * nx[i3] + 2.0 * a3 * p3 + rr
-            k += _over(g0, clip2) + _over(g1, clip2) + _over(g2, clip2) + _over(g3, clip2)
-            s0 = _scale(g0, clip, clip2)
-            s1 = _scale(g1, clip, clip2)
-            s2 = _scale(g2, clip, clip2)
-            s3 = _scale(g3, clip, clip2)
-            # a dropped term (s = 0) reads a zero row with a zero coefficient: 0 * inf never enters
-            if s0 == 0.0:
-                x0 = zero
-                a0 = 0.0
-            if s1 == 0.0:
-                x1 = zero
-                a1 = 0.0
-            if s2 == 0.0:
-                x2 = zero
-                a2 = 0.0
-            if s3 == 0.0:
-                x3 = zero
-                a3 = 0.0
-            c0 = s0 * a0
-            c1 = s1 * a1
-            c2 = s2 * a2
-            c3 = s3 * a3
-            for j in range(d):
-                acc[j] += (c0 * x0[j] + c1 * x1[j]) + (c2 * x2[j] + c3 * x3[j])
-            cs += (s0 + s1) + (s2 + s3)
-            t += BLOCK
-        while t < hi:
-            i = t if full else idx[t]
-            xi = X[i]
-            m = 0.0
-            p = 0.0
-            for j in range(d):
-                v = xi[j]
-                m += v * w[j]
-                p += v * r[j]
-            a = dphi(m, y[i])
-            g = a * a * nx[i] + 2.0 * a * p + rr
-            k += _over(g, clip2)
-            s = _scale(g, clip, clip2)
-            if s != 0.0:
-                sa = s * a
-                for j in range(d):
-                    acc[j] += sa * xi[j]
-                cs += s
-            t += 1
+        cs, k = _grad_chunk(X, y, nx, idx, full, w, r, rr, dphi, clip, clip2, ahead, short, zero, lo, hi,
+                            part[c])
         coef[c] = cs
         ncl[c] = k
     out = np.zeros(d)
@@ -251,6 +260,129 @@ def _grad_sum(X, y, nx, idx, full, w, r, dphi, clip):
     for j in range(d):
         out[j] += tot * r[j]
     return out, nclip
+
+
+def _diff_chunk(X, y, nx, idx, full, w, wp, dr, rr, dphi, clip, clip2, ahead, short, zero, lo, hi, acc):
+    """Rows ``lo..hi`` of the batch into ``acc``; returns (sum of clip factors,
+    number clipped).  One chunk of :func:`_diff_sum` (a separate function so
+    numba's parallel passes see a small loop body: compile time)."""
+    d = X.shape[1]
+    cs = 0.0
+    k = 0
+    t = lo
+    while t + BLOCK <= hi:
+        if full:
+            i0 = t
+            i1 = t + 1
+            i2 = t + 2
+            i3 = t + 3
+            if short and t + ahead + BLOCK <= hi:
+                for q in range(t + ahead, t + ahead + BLOCK):
+                    _prefetch_row(X[q])
+        else:
+            i0 = idx[t]
+            i1 = idx[t + 1]
+            i2 = idx[t + 2]
+            i3 = idx[t + 3]
+            if t + ahead + BLOCK <= hi:
+                for q in range(t + ahead, t + ahead + BLOCK):
+                    _prefetch_row(X[idx[q]])
+        x0 = X[i0]
+        x1 = X[i1]
+        x2 = X[i2]
+        x3 = X[i3]
+        m0 = 0.0
+        m1 = 0.0
+        m2 = 0.0
+        m3 = 0.0
+        n0 = 0.0
+        n1 = 0.0
+        n2 = 0.0
+        n3 = 0.0
+        p0 = 0.0
+        p1 = 0.0
+        p2 = 0.0
+        p3 = 0.0
+        for j in range(d):
+            wj = w[j]
+            uj = wp[j]
+            rj = dr[j]
+            v0 = x0[j]
+            v1 = x1[j]
+            v2 = x2[j]
+            v3 = x3[j]
+            m0 += v0 * wj
+            m1 += v1 * wj
+            m2 += v2 * wj
+            m3 += v3 * wj
+            n0 += v0 * uj
+            n1 += v1 * uj
+            n2 += v2 * uj
+            n3 += v3 * uj
+            p0 += v0 * rj
+            p1 += v1 * rj
+            p2 += v2 * rj
+            p3 += v3 * rj
+        y0 = y[i0]
+        y1 = y[i1]
+        y2 = y[i2]
+        y3 = y[i3]
+        a0 = dphi(m0, y0) - dphi(n0, y0)
+        a1 = dphi(m1, y1) - dphi(n1, y1)
+        a2 = dphi(m2, y2) - dphi(n2, y2)
+        a3 = dphi(m3, y3) - dphi(n3, y3)
+        g0 = a0 * a0 * nx[i0] + 2.0 * a0 * p0 + rr
+        g1 = a1 * a1 * nx[i1] + 2.0 * a1 * p1 + rr
+        g2 = a2 * a2 * nx[i2] + 2.0 * a2 * p2 + rr
+        g3 = a3 * a3 * nx[i3] + 2.0 * a3 * p3 + rr
+        k += _over(g0, clip2) + _over(g1, clip2) + _over(g2, clip2) + _over(g3, clip2)
+        s0 = _scale(g0, clip, clip2)
+        s1 = _scale(g1, clip, clip2)
+        s2 = _scale(g2, clip, clip2)
+        s3 = _scale(g3, clip, clip2)
+        if s0 == 0.0:
+            x0 = zero
+            a0 = 0.0
+        if s1 == 0.0:
+            x1 = zero
+            a1 = 0.0
+        if s2 == 0.0:
+            x2 = zero
+            a2 = 0.0
+        if s3 == 0.0:
+            x3 = zero
+            a3 = 0.0
+        c0 = s0 * a0
+        c1 = s1 * a1
+        c2 = s2 * a2
+        c3 = s3 * a3
+        for j in range(d):
+            acc[j] += (c0 * x0[j] + c1 * x1[j]) + (c2 * x2[j] + c3 * x3[j])
+        cs += (s0 + s1) + (s2 + s3)
+        t += BLOCK
+    while t < hi:
+        i = t if full else idx[t]
+        xi = X[i]
+        m = 0.0
+        mp = 0.0
+        p = 0.0
+        for j in range(d):
+            v = xi[j]
+            m += v * w[j]
+            mp += v * wp[j]
+            p += v * dr[j]
+        yi = y[i]
+        a = dphi(m, yi) - dphi(mp, yi)
+        g = a * a * nx[i] + 2.0 * a * p + rr
+        k += _over(g, clip2)
+        s = _scale(g, clip, clip2)
+        if s != 0.0:
+            sa = s * a
+            for j in range(d):
+                acc[j] += sa * xi[j]
+            cs += s
+        t += 1
+    return cs, k
 
 
 def _diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, clip):
@@ -282,122 +414,8 @@ def _diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, clip):
     for c in prange(nc):
         lo = c * step
         hi = min(b, lo + step)
-        acc = part[c]
-        cs = 0.0
-        k = 0
-        t = lo
-        while t + BLOCK <= hi:
-            if full:
-                i0 = t
-                i1 = t + 1
-                i2 = t + 2
-                i3 = t + 3
-                if short and t + ahead + BLOCK <= hi:
-                    for q in range(t + ahead, t + ahead + BLOCK):
-                        _prefetch_row(X[q])
-            else:
-                i0 = idx[t]
-                i1 = idx[t + 1]
-                i2 = idx[t + 2]
-                i3 = idx[t + 3]
-                if t + ahead + BLOCK <= hi:
-                    for q in range(t + ahead, t + ahead + BLOCK):
-                        _prefetch_row(X[idx[q]])
-            x0 = X[i0]
-            x1 = X[i1]
-            x2 = X[i2]
-            x3 = X[i3]
-            m0 = 0.0
-            m1 = 0.0
-            m2 = 0.0
-            m3 = 0.0
-            n0 = 0.0
-            n1 = 0.0
-            n2 = 0.0
-            n3 = 0.0
-            p0 = 0.0
-            p1 = 0.0
-            p2 = 0.0
-            p3 = 0.0
-            for j in range(d):
-                wj = w[j]
-                uj = wp[j]
-                rj = dr[j]
-                v0 = x0[j]
-                v1 = x1[j]
-                v2 = x2[j]
-                v3 = x3[j]
-                m0 += v0 * wj
-                m1 += v1 * wj
-                m2 += v2 * wj
-                m3 += v3 * wj
-                n0 += v0 * uj
-                n1 += v1 * uj
-                n2 += v2 * uj
-                n3 += v3 * uj
-                p0 += v0 * rj
-                p1 += v1 * rj
-                p2 += v2 * rj
-                p3 += v3 * rj
-            y0 = y[i0]
-            y1 = y[i1]
-            y2 = y[i2]
-            y3 = y[i3]
-            a0 = dphi(m0, y0) - dphi(n0, y0)
-            a1 = dphi(m1, y1) - dphi(n1, y1)
-            a2 = dphi(m2, y2) - dphi(n2, y2)
-            a3 = dphi(m3, y3) - dphi(n3, y3)
-            g0 = a0 * a0 * nx[i0] + 2.0 * a0 * p0 + rr
-            g1 = a1 * a1 * nx[i1] + 2.0 * a1 * p1 + rr
-            g2 = a2 * a2 * nx[i2] + 2.0 * a2 * p2 + rr
-            g3 = a3 * a3 * nx[i3] + 2.0 * a3 * p3 + rr
-            k += _over(g0, clip2) + _over(g1, clip2) + _over(g2, clip2) + _over(g3, clip2)
-            s0 = _scale(g0, clip, clip2)
-            s1 = _scale(g1, clip, clip2)
-            s2 = _scale(g2, clip, clip2)
-            s3 = _scale(g3, clip, clip2)
-            if s0 == 0.0:
-                x0 = zero
-                a0 = 0.0
-            if s1 == 0.0:
-                x1 = zero
-                a1 = 0.0
-            if s2 == 0.0:
-                x2 = zero
-                a2 = 0.0
-            if s3 == 0.0:
-                x3 = zero
-                a3 = 0.0
-            c0 = s0 * a0
-            c1 = s1 * a1
-            c2 = s2 * a2
-            c3 = s3 * a3
-            for j in range(d):
-                acc[j] += (c0 * x0[j] + c1 * x1[j]) + (c2 * x2[j] + c3 * x3[j])
-            cs += (s0 + s1) + (s2 + s3)
-            t += BLOCK
-        while t < hi:
-            i = t if full else idx[t]
-            xi = X[i]
-            m = 0.0
-            mp = 0.0
-            p = 0.0
-            for j in range(d):
-                v = xi[j]
-                m += v * w[j]
-                mp += v * wp[j]
-                p += v * dr[j]
-            yi = y[i]
-            a = dphi(m, yi) - dphi(mp, yi)
-            g = a * a * nx[i] + 2.0 * a * p + rr
-            k += _over(g, clip2)
-            s = _scale(g, clip, clip2)
-            if s != 0.0:
-                sa = s * a
-                for j in range(d):
-                    acc[j] += sa * xi[j]
-                cs += s
-            t += 1
+        cs, k = _diff_chunk(X, y, nx, idx, full, w, wp, dr, rr, dphi, clip, clip2, ahead, short, zero, lo, hi,
+                            part[c])
         coef[c] = cs
         ncl[c] = k
     out = np.zeros(d)
@@ -525,13 +543,37 @@ _ahead = jit_inline(_ahead)
 _prefetch_row = jit_inline(_prefetch_row)
 _scale = jit_inline(_scale)
 _over = jit_inline(_over)
+_grad_chunk = jit_inline(_grad_chunk)
+_diff_chunk = jit_inline(_diff_chunk)
 
 #: the two hot kernels, fast entry points (see :func:`_grad_sum`, :func:`_diff_sum`)
 grad_sum = jit_parallel(_GRAD_SIG)(_grad_sum)
 diff_sum = jit_parallel(_DIFF_SIG)(_diff_sum)
 row_sqnorms = jit_parallel(Vec(Mat))(_row_sqnorms)
 phi_sum = jit_parallel(_PHI_SIG)(_phi_sum)
-hvp_sum = jit_parallel(_HVP_SIG)(_hvp_sum)
+
+
+class _Lazy:
+    """A kernel compiled (or loaded from the cache) on first use, for kernels a
+    typical run never calls (``hvp_sum`` serves Lanczos for d > 300 only):
+    importing this module does not pay their compile time."""
+
+    def __init__(self, signature, func):
+        self._sig, self._func, self._disp = signature, func, None
+
+    def _get(self):
+        if self._disp is None:
+            self._disp = jit_parallel(self._sig)(self._func)
+        return self._disp
+
+    def __call__(self, *args):
+        return self._get()(*args)
+
+    def __getattr__(self, name):  # stats, signatures, py_func, ...
+        return getattr(self._get(), name)
+
+
+hvp_sum = _Lazy(_HVP_SIG, _hvp_sum)
 hessian_sum = jit_parallel(_HESS_SIG)(_hessian_sum)
 
 def clipped_grad_sum(X, y, idx, w, r, dphi, clip, nx=None):
