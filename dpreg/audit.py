@@ -112,6 +112,9 @@ class AuditConfig:
     canary_norm: float = 1.0
     confidence: float = 0.95
     fault: str | None = None
+    #: add-remove neighbour: "null" (canary replaced by a zero-gradient record,
+    #: n kept) or "remove" (canary removed among mirror records; n - 1)
+    neighbour: str = "null"
 
 
 @dataclass
@@ -225,11 +228,25 @@ def fisher_direction(F1: np.ndarray, F0: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ data and runs
-def canary_data(n: int, d: int, relation: str, canary_norm: float = 1.0):
-    """((X, y) with the canary, (X', y') its neighbour); see module docstring."""
+def canary_data(n: int, d: int, relation: str, canary_norm: float = 1.0, neighbour: str = "null"):
+    """((X, y) with the canary, (X', y') its neighbour); see module docstring.
+
+    ``neighbour="remove"`` (add-remove only): the other ``n - 1`` records are
+    mirrors of the canary (opposite gradient) and the neighbour *removes* the
+    canary, so ``n`` differs - a mean over the whole data set then moves by up
+    to 2C/n, which an algorithm that treats ``n`` as public under add-remove
+    does not account for."""
     X = np.zeros((n, d))
     y = np.ones(n)
     X[0, 0] = canary_norm
+    if neighbour == "remove":
+        if relation != "add-remove":
+            raise ParameterError("neighbour 'remove' needs an add-remove algorithm")
+        X[1:, 0] = canary_norm
+        y[1:] = -1.0
+        return (X, y), (X[1:].copy(), y[1:].copy())
+    if neighbour != "null":
+        raise ParameterError(f"neighbour must be null or remove, got {neighbour!r}")
     X2, y2 = X.copy(), y.copy()
     if relation == "replace-one":
         y2[0] = -1.0
@@ -397,7 +414,7 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
         merged.update(given)
         params = bind(algo_cls.params, merged, f"algorithm {cfg.algo!r}")
         relation = algo_cls.relation_for(params)
-        (X1, y1), (X0, y0) = canary_data(cfg.n, cfg.d, relation, cfg.canary_norm)
+        (X1, y1), (X0, y0) = canary_data(cfg.n, cfg.d, relation, cfg.canary_norm, cfg.neighbour)
         pcls = _unclipped_problem(Problem) if fault == "no-clip" else Problem
         problems = {True: pcls(loss, X1, y1, name="audit canary"),
                     False: pcls(loss, X0, y0, name="audit neighbour")}

@@ -86,6 +86,17 @@ def test_canary_data_matches_relation():
     assert np.all(X1[1:] == 0) and np.all(X0[1:] == 0)
     (X1, y1), (X0, y0) = canary_data(5, 3, "add-remove")
     assert X1[0, 0] == 1.0 and np.all(X0 == 0) and X1.shape == X0.shape  # public n kept
+    (X1, y1), (X0, y0) = canary_data(5, 3, "add-remove", neighbour="remove")
+    assert X0.shape == (4, 3) and np.all(y0 == -1) and y1[0] == 1 and np.all(X1[:, 0] == 1)
+    with pytest.raises(ParameterError):
+        canary_data(5, 3, "replace-one", neighbour="remove")
+
+
+def test_true_removal_neighbour_for_poisson_sampling():
+    """dp-sgd divides by the public expected batch size, so removing the
+    canary (n - 1 records) is covered by its add-remove accounting."""
+    r = run_audit(AuditConfig(algo="dp-sgd", trials=150, epsilon=1.0, seed=2, neighbour="remove"))
+    assert r.relation == "add-remove" and not r.violated
 
 
 # ------------------------------------------------------ real mechanisms: no violation

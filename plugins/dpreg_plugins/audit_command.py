@@ -39,13 +39,16 @@ from dpreg import hookimpl
               help="mechanism audit: canary in every add, or in the first add only")
 @click.option("--canary-norm", type=float, default=1.0, show_default=True,
               help="|x| of the canary (> 1: a record that bypassed the loaders' scaling)")
+@click.option("--neighbour", type=click.Choice(["null", "remove"]), default="null", show_default=True,
+              help="add-remove neighbour: canary replaced by a zero-gradient record (n kept), or removed "
+                   "from among mirror records (n - 1)")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="confidence of the lower bound")
 @click.option("--fault", default=None, hidden=True,
               help="TEST-ONLY fault injection: noise-scale=S or no-clip (breaks privacy on purpose)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 def audit(algo, noise, loss, trials, epsilon, delta, accountant, params, seed, n, d, steps, participation,
-          canary_norm, confidence, fault, as_json):
+          canary_norm, neighbour, confidence, fault, as_json):
     """Empirically audit the privacy of an algorithm or a noise mechanism.
 
     Runs it many times on two neighbouring canary data sets, distinguishes
@@ -60,7 +63,7 @@ def audit(algo, noise, loss, trials, epsilon, delta, accountant, params, seed, n
     def go():
         cfg = AuditConfig(algo=algo, noise=noise, loss=loss, epsilon=epsilon, delta=delta,
                           accountant=accountant, trials=trials, seed=seed, params=list(params), n=n, d=d,
-                          steps=steps, participation=participation, canary_norm=canary_norm,
+                          steps=steps, participation=participation, canary_norm=canary_norm, neighbour=neighbour,
                           confidence=confidence, fault=fault)
         return run_audit(cfg)
 
