@@ -64,7 +64,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .accounting import PldAccountant, RdpAccountant, check_budget_args
-from .errors import DpregError, ParameterError
+from .errors import ParameterError
 
 #: small-size defaults per algorithm (only keys the algorithm declares are
 #: used; ``params`` given to the audit override them).  Small clip and step
@@ -359,6 +359,7 @@ def _validate(cfg: AuditConfig) -> None:
 
 def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = None) -> AuditResult:
     """Run the audit described by ``cfg`` (see the module docstring)."""
+    from .interfaces import Participation
     from .params import bind, parse_pairs
     from .problem import Problem
     from .registry import get_registry
@@ -387,8 +388,6 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
             acc = acc_cls(cfg.epsilon, cfg.delta, relation)
             z = acc.calibrate(lambda z: noise_cls.record_event(z, T, kind, T))
             mech = run_cls(dim=cfg.d, noise_multiplier=z, horizon=T, accountant=acc, seed=seed)
-            from .interfaces import Participation
-
             out = np.empty(T)
             for t in range(T):
                 inc = unit if present and (kind == "all" or t == 0) else np.zeros(cfg.d)
@@ -418,7 +417,6 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
         pcls = _unclipped_problem(Problem) if fault == "no-clip" else Problem
         problems = {True: pcls(loss, X1, y1, name="audit canary"),
                     False: pcls(loss, X0, y0, name="audit neighbour")}
-        noise_name = noise_name
 
         def trial(present: bool, seed: int):
             acc = acc_cls(cfg.epsilon, cfg.delta, relation)
@@ -431,7 +429,6 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
             return np.array([w[0]]), acc.epsilon_spent
 
         target = f"algorithm {cfg.algo}"
-        params = {k: v for k, v in params.items()}
 
     feats = {True: [], False: []}
     claimed = 0.0
@@ -447,8 +444,6 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
                 feats[present].append(f)
                 claimed = max(claimed, float(eps))
             progress(2 * i + 2, total)
-    except DpregError:
-        raise
     finally:
         numba.set_num_threads(threads)
     F1, F0 = np.array(feats[True]), np.array(feats[False])
