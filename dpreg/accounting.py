@@ -18,7 +18,9 @@ release would make epsilon exceed the budget it raises
 
 Neighbouring relation: ``"add-remove"`` (Poisson subsampling, dp-accounting's
 default) or ``"replace-one"`` (fixed-size and disjoint batches).  Mechanisms
-compute their sensitivities under the relation of the accountant they charge
+The record count n is public: batch denominators and sampling rates use it, and
+an add-remove neighbour is run with the same n (as in Opacus and TF Privacy).
+Mechanisms compute their sensitivities under the relation of the accountant they charge
 (``Accountant.sensitivity_factor``: 1 for add-remove, 2 for replace-one, times
 the per-record clipping bound).
 """
