@@ -208,7 +208,17 @@ def info(name):
         if paper:
             click.echo(f"  paper: {paper}")
         if e.kind == "algorithm":
-            click.echo(f"  data access: {obj.data_access}; neighbouring relation: {obj.relation}; "
+            from .interfaces import Algorithm
+            from .params import bind
+
+            relation = obj.relation
+            if getattr(obj.relation_for, "__func__", None) is not Algorithm.relation_for.__func__:
+                try:
+                    relation = f"{obj.relation_for(bind(obj.params, {}, name))} with the default parameters " \
+                               "(depends on them)"
+                except DpregError:
+                    relation = "depends on the parameters"
+            click.echo(f"  data access: {obj.data_access}; neighbouring relation: {relation}; "
                        f"takes --noise: {'yes' if obj.uses_noise else 'no'}")
         if e.kind == "loss":
             click.echo(f"  labels: {obj.labels}; feasible radius: {obj.radius}")
