@@ -657,3 +657,31 @@ class BudgetView(Accountant):
 
     def _commit(self, event, group):  # pragma: no cover - charge() is overridden
         raise NotImplementedError
+
+
+# --------------------------------------------------------------- prepaid releases
+class Prepaid:
+    """An accountant proxy for a component whose release was charged in advance.
+
+    A pipeline that selects an output after a run charges the selection's
+    event *before* the run (so the run calibrates to what is left and the
+    whole stays within budget), then hands the selector this proxy: the
+    selector's own ``charge`` of exactly that event (globally) is matched
+    against the prepayment once and records nothing new; any other charge, or
+    a second one, goes to the real accountant as usual.  Everything else
+    (relation, sensitivity factor, budget queries) is the real accountant's.
+    """
+
+    def __init__(self, accountant: Accountant, event):
+        self._acc = accountant
+        self._event = event
+        self.used = False
+
+    def charge(self, event, group: Hashable | None = None, *, label: str = "") -> float:
+        if not self.used and group is None and event == self._event:
+            self.used = True
+            return self._acc.epsilon_spent
+        return self._acc.charge(event, group, label=label)
+
+    def __getattr__(self, name):
+        return getattr(self._acc, name)

@@ -79,12 +79,16 @@ def cli():
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="algorithm parameter (repeatable; see dpreg info ALGO)")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of every random draw")
 @click.option("--alpha", type=float, default=None, help="report whether the output is an alpha-SOSP")
+@click.option("--select", default=None, help="privately pick the output among the run's iterates with this "
+              "selector (above-threshold: first alpha-SOSP; exponential: low loss)")
+@click.option("--select-share", type=float, default=0.1, show_default=True,
+              help="share of epsilon spent on --select (charged before the run)")
 @click.option("--out", type=click.Path(dir_okay=False), default="run.json", show_default=True,
               help="write the JSON record here ('none': do not write one)")
 @click.option("--json", "as_json", is_flag=True, help="print the whole JSON record on stdout")
 @user_errors
 def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, seed,
-        alpha, out, as_json):
+        alpha, select, select_share, out, as_json):
     """Run one private optimization and report privacy spent and metrics."""
     from .pipeline import DEFAULTS, RunConfig, run_pipeline
     from .results import to_json
@@ -95,7 +99,7 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
     cfg = RunConfig(algo=algo or DEFAULTS["algo"], noise=noise, loss=loss or DEFAULTS["loss"],
                     data=data or DEFAULTS["data"], test_data=test_data, test_fraction=test_fraction,
                     epsilon=epsilon, delta=delta, accountant=accountant, params=list(params),
-                    seed=seed, alpha=alpha, out=out)
+                    seed=seed, alpha=alpha, select=select, select_share=select_share, out=out)
     progress_cm = _progress(cfg.algo)
     with progress_cm as cb:
         cfg.progress = cb
@@ -156,6 +160,14 @@ def _summary(rec, out):
         click.echo(line)
     if "train_is_alpha_sosp" in m:
         click.echo(f"alpha-SOSP (alpha={c['alpha']:g}): {m['train_is_alpha_sosp']}")
+    sel = rec.get("selection")
+    if sel:
+        if sel["fallback_to_last"]:
+            what = "no candidate passed; output = the final iterate"
+        else:
+            step = sel["steps"][sel["index"]] if sel.get("steps") else None
+            what = f"candidate {sel['index']} of {sel['candidates']}" + (f" (step {step})" if step is not None else "")
+        click.echo(f"selection {sel['selector']} (epsilon {sel['epsilon']:.3g} of the budget): {what}")
     click.echo(f"usage     iterations={u['iterations']} records_used={u['records_used']} "
                f"gradient_evaluations={u['gradient_evaluations']}")
     click.echo(f"time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")

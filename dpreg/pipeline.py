@@ -8,6 +8,7 @@ evaluates the result after the run, and writes the record atomically.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -39,6 +40,8 @@ class RunConfig:
     params: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     alpha: float | None = None
+    select: str | None = None
+    select_share: float = 0.1
     out: str | None = None
     progress: Callable[[int, int], None] | None = None
 
@@ -118,6 +121,13 @@ def run_pipeline(cfg: RunConfig) -> dict:
         raise ParameterError(f"alpha must be > 0, got {cfg.alpha}")
     if cfg.test_fraction is not None and cfg.test_data is not None:
         raise ParameterError("give either --test-data or --test-fraction, not both")
+    sel_cls = None
+    if cfg.select is not None:
+        sel_cls = reg.get("selector", cfg.select)
+        if not (isinstance(cfg.select_share, (int, float)) and 0 < cfg.select_share < 1):
+            raise ParameterError(f"select share must be in (0, 1), got {cfg.select_share!r}")
+        if "alpha" in inspect.signature(sel_cls.select).parameters and cfg.alpha is None:
+            raise ParameterError(f"--select {cfg.select} tests alpha-stationarity: give --alpha")
     if cfg.out is not None:
         check_writable(cfg.out)
 
@@ -154,6 +164,10 @@ def run_pipeline(cfg: RunConfig) -> dict:
     problem.gradient(np.zeros(problem.d), problem.all_rows[:1])
     t_compile = time.perf_counter() - t0
 
+    selector = eps_sel = None
+    if sel_cls is not None:  # charged before the run: the run calibrates to what is left
+        selector, eps_sel = _prepare_selection(sel_cls, problem, accountant, cfg)
+
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed,
                     progress=cfg.progress)
     t0 = time.perf_counter()
@@ -163,6 +177,9 @@ def run_pipeline(cfg: RunConfig) -> dict:
     w = np.asarray(out.w, dtype=float)
     if not np.all(np.isfinite(w)):
         raise DpregError("the run diverged (non-finite iterate); try a smaller step size")
+    selection = None
+    if selector is not None:
+        w, selection = _select_output(selector, eps_sel, out, w, cfg)
 
     # ---- evaluation, after the run
     t0 = time.perf_counter()
@@ -193,6 +210,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
         "usage": {"iterations": out.iterations, "records_used": out.records_used,
                   "gradient_evaluations": out.gradient_evaluations},
         "run_info": out.info,
+        "selection": selection,
         "trajectory": tr_summary,
         "metrics": ev,
         "timing": {"total_s": time.perf_counter() - t_start, "data_s": t_data,
@@ -209,3 +227,43 @@ def _threads() -> int:
     import numba
 
     return int(numba.get_num_threads())
+
+
+def _prepare_selection(sel_cls, problem, accountant, cfg):
+    """Build the output selector and charge its pure-DP release now, before the
+    run (the selector gets a :class:`~dpreg.accounting.Prepaid` view that
+    matches its own charge against this one)."""
+    from .accounting import Prepaid, pure_dp_event
+
+    eps_sel = float(cfg.select_share) * float(cfg.epsilon)
+    event = pure_dp_event(eps_sel)
+    rng = np.random.default_rng(np.random.SeedSequence([int(cfg.seed), 0x5E1EC7, 1]))
+    try:
+        selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng)
+    except ParameterError:
+        if "check" not in inspect.signature(sel_cls.__init__).parameters:
+            raise
+        selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng, check="fosp")
+    accountant.charge(event, None, label=f"{cfg.select} output selection (charged before the run)")
+    return selector, eps_sel
+
+
+def _select_output(selector, eps_sel, out, w, cfg):
+    """Privately pick the output among the run's checkpoint iterates and its
+    final point (candidates are post-processing of private releases).  An
+    AboveThreshold scan that passes no candidate returns the final point."""
+    traj = out.info.get("trajectory")
+    cands = [np.asarray(v, dtype=float) for v in (traj.iterates if traj is not None else [])]
+    if not cands or not np.array_equal(cands[-1], w):
+        cands.append(w)
+    kw = {"alpha": float(cfg.alpha)} if "alpha" in inspect.signature(selector.select).parameters else {}
+    res = selector.select(cands, eps_sel, **kw)
+    if not selector.accountant.used:  # the selector must have charged exactly the prepaid event
+        raise DpregError(f"selector {cfg.select!r} did not charge its release as planned")
+    chosen = w if res.index is None else np.asarray(res.w, dtype=float)
+    info = {"selector": cfg.select, "epsilon": eps_sel, "candidates": len(cands),
+            "index": res.index, "steps": (list(traj.steps) + ([] if len(traj.steps) == len(cands) else [None]))
+            if traj is not None else None,
+            "fallback_to_last": res.index is None}
+    info.update({k: v for k, v in res.info.items() if k != "candidates"})
+    return chosen, info

@@ -1,0 +1,96 @@
+"""Private output selection after a run (``--select``): the selector's release
+is charged before the run, the run calibrates to what is left, the whole spends
+at most epsilon, and the chosen point is one of the run's iterates."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import dpreg
+from dpreg.accounting import Prepaid, RdpAccountant, gaussian_event, pure_dp_event
+from dpreg.cli import cli
+from dpreg.errors import BudgetExceededError, ParameterError
+
+DATA = "synthetic-logistic:n=3000,d=5"
+
+
+def _run(**kw):
+    base = dict(algo="dp-sgd", loss="logistic", data=DATA, epsilon=2.0, delta=1e-5, seed=3,
+                params={"steps": 60})
+    base.update(kw)
+    return dpreg.run(**base)
+
+
+def test_above_threshold_selection_is_accounted_and_picks_an_iterate():
+    rec = _run(select="above-threshold", alpha=0.2, select_share=0.2)
+    sel, pr = rec["selection"], rec["privacy"]
+    assert sel["selector"] == "above-threshold" and sel["epsilon"] == pytest.approx(0.4)
+    assert 0.99 * 2.0 <= pr["epsilon_spent"] <= 2.0 * (1 + 1e-9)   # run + selection = budget
+    assert pr["global_events"] >= 1                                 # the selection's pure release
+    assert sel["candidates"] == len(sel["steps"]) >= 2
+    assert sel["index"] is not None                                 # alpha = 0.2 is easy here
+    # the reported point is that candidate's: its gradient is small
+    assert rec["metrics"]["train_grad_norm"] <= 0.2 + 0.1
+
+
+def test_selection_takes_its_share_from_the_run():
+    plain = _run()
+    sel = _run(select="above-threshold", alpha=0.2, select_share=0.5)
+    # half the budget goes to the selection, so the run itself must add more noise
+    assert sel["run_info"]["noise_multiplier"] > plain["run_info"]["noise_multiplier"]
+
+
+def test_no_candidate_passes_falls_back_to_the_final_iterate():
+    # a large selection budget makes the scan's noise small against the deficits
+    rec = _run(select="above-threshold", alpha=1e-9, epsilon=8.0, select_share=0.5)
+    assert rec["selection"]["index"] is None and rec["selection"]["fallback_to_last"] is True
+    # the output is the run's final iterate: its gradient norm is the last checkpoint's
+    last = rec["trajectory"]["checkpoints"]["grad_norm"][-1]
+    assert rec["metrics"]["train_grad_norm"] == pytest.approx(last, rel=1e-12)
+
+
+def test_exponential_selection_over_iterates():
+    rec = _run(select="exponential", select_share=0.5, epsilon=8.0)
+    sel = rec["selection"]
+    assert sel["index"] is not None and 0 <= sel["index"] < sel["candidates"]
+    assert sel["index"] > 0  # at eps 4 for the selection the first iterate (w = 0) is unlikely
+    assert rec["privacy"]["epsilon_spent"] <= 8.0 * (1 + 1e-9)
+
+
+def test_above_threshold_needs_alpha_before_anything_runs(tmp_path):
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(cli, ["run", "--algo", "dp-sgd", "--data", DATA, "--select", "above-threshold",
+                                 "--out", str(out)])
+    assert r.exit_code == 2 and "--alpha" in r.output and not out.exists()
+    r = CliRunner().invoke(cli, ["run", "--algo", "dp-sgd", "--data", DATA, "--select", "nope"])
+    assert r.exit_code == 2 and "above-threshold" in r.output and "exponential" in r.output
+    with pytest.raises(ParameterError, match="share"):
+        _run(select="exponential", select_share=1.5)
+
+
+def test_cli_prints_and_records_the_selection(tmp_path):
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(cli, ["run", "--algo", "adaptive-spider", "--noise", "tree", "--loss", "logistic",
+                                 "--data", "synthetic-logistic:n=20000,d=5", "--alpha", "0.3",
+                                 "--select", "above-threshold", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "selection above-threshold" in r.output
+    rec = json.loads(out.read_text())
+    assert rec["selection"]["selector"] == "above-threshold"
+    assert rec["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
+
+
+def test_prepaid_matches_exactly_one_charge():
+    acc = RdpAccountant(1.0, 1e-5)
+    ev = pure_dp_event(0.3)
+    acc.charge(ev)
+    spent = acc.epsilon_spent
+    pre = Prepaid(acc, ev)
+    pre.charge(ev)                       # the prepaid release: nothing new recorded
+    assert acc.epsilon_spent == spent and pre.used and acc.n_charges == 1
+    pre.charge(gaussian_event(50.0))     # anything else is charged for real
+    assert acc.n_charges == 2
+    with pytest.raises(BudgetExceededError):
+        for _ in range(50):              # a second identical release is not prepaid
+            pre.charge(ev)
