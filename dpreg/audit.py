@@ -38,6 +38,39 @@ How it works (:func:`run_audit`):
    epsilon through the (epsilon, delta)-DP hypothesis-testing inequalities
    ``FPR + e^eps FNR >= 1 - delta`` and ``FNR + e^eps FPR >= 1 - delta``.
 
+**Selectors** (``selector``, :func:`_selector_trial`): the same canary data
+sets (``n - 1`` null records plus the canary ``x = c e_1``, ``y = +1``), a
+fixed candidate list, and the selector's own ``select`` (charged to a fresh
+accountant, ``fit=True``) in every run; the output is the index returned
+(``-1`` for none) and the distinguishing event is "returned index k" (or its
+complement), with ``k`` and the direction chosen on the calibration half
+(:func:`choose_event`); then the same Clopper-Pearson bound.
+
+* ``exponential`` (default relation ``replace-one``: canary vs its mirror):
+  candidates ``w_0 = R e_1`` and ``candidates - 1`` copies of ``-R e_1``
+  (``R`` the selector's radius).  Null records have margin 0 at every
+  candidate (equal contribution to every score); the canary's margins are
+  ``+-c R``, so with the default clipping range (``phi`` over ``|m| <= R``) and
+  ``c >= 1`` it contributes exactly ``lo`` to ``w_0``'s score and ``hi`` to the
+  others', and its mirror the reverse: every score moves by the full range
+  ``hi - lo``, in opposite directions - the exponential mechanism's worst case,
+  whose exact privacy loss tends to the charged epsilon as ``candidates``
+  grows.
+* ``above-threshold`` (default relation ``add-remove``: canary vs a null
+  record; gradient query, ``check=fosp``, ``grad_clip`` 0.1): candidates
+  ``w_move`` then ``w_still``, where the canary's clipped gradient is ``C`` at
+  ``w_move`` and ~0 at ``w_still`` (``0`` and ``R' e_1``, ``R' = 20``, under
+  add-remove; swapped under replace-one, where the mirror's gradient decides).
+  The default ``alpha = C / (2 n)`` puts ``w_move``'s normalised deficit at
+  ``+1/2`` with the canary and ``-1/2`` without (``+-1/4`` under replace-one,
+  where ``Delta_g = 2 C / n``).  AboveThreshold's accounting is loose for a
+  single moving query (exact loss of this pair about 0.2 at eps = 1 and 0.75
+  at eps = 4), so expect a small ``epsilon_lower``.
+
+Both constructions assume a margin loss like ``logistic`` (``phi(m, y)``
+decreasing in ``y m``, gradient vanishing as ``y m`` grows); with another
+loss the canary is weaker and the bound only looser, never invalid.
+
 With probability at least ``confidence`` (over the audit's own randomness),
 a mechanism that really is (eps, delta)-DP gets ``epsilon_lower <= eps``; so
 ``epsilon_lower > epsilon_claimed`` is evidence of a privacy bug.  The bound
@@ -50,9 +83,11 @@ mechanism on purpose, to show the audit can fail:
 
 * ``"noise-scale=S"``: every Gaussian the run draws is multiplied by ``S``
   (the noise mechanism is told sensitivities ``S`` times too small; the
-  algorithm's own ``rng`` streams draw scaled normals) while the accounting
-  is unchanged;
-* ``"no-clip"``: the problem's clipped sums ignore the clipping bound.
+  algorithm's own ``rng`` streams draw scaled normals; a selector's Gumbel
+  and Laplace draws are scaled, i.e. it runs at epsilon / ``S``) while the
+  accounting is unchanged;
+* ``"no-clip"``: the problem's clipped sums ignore the clipping bound (and
+  the exponential selector's loss values are not clipped to ``[lo, hi]``).
 """
 from __future__ import annotations
 
@@ -77,6 +112,14 @@ AUDIT_PARAMS: dict[str, dict[str, Any]] = {
     "perturbed-sgd": {"step": 0.05, "clip": 0.1},
 }
 
+#: selector audits: default relation and parameters (``params`` override)
+SELECTOR_AUDIT: dict[str, dict[str, Any]] = {
+    "exponential": {"relation": "replace-one", "params": {}},
+    "above-threshold": {"relation": "add-remove", "params": {"check": "fosp", "grad_clip": 0.1}},
+}
+#: above-threshold audit: |w_1| of the candidate where the canary's gradient vanishes
+FAR = 20.0
+
 FAULTS = ("noise-scale=S", "no-clip")
 
 
@@ -87,6 +130,10 @@ class AuditConfig:
     algo:   algorithm name, or None to audit the noise mechanism alone
     noise:  noise mechanism (required without ``algo``; else the
             algorithm's default when it keeps a running sum)
+    selector: selector name (instead of ``algo`` / ``noise``)
+    candidates: number of candidates (exponential selector audit)
+    relation: neighbouring relation of a selector audit (None: the
+            selector's default in ``SELECTOR_AUDIT``)
     trials: runs per data set (half choose the test, half measure it)
     n, d:   size of the canary data sets
     steps:  adds per run when auditing a mechanism alone
@@ -115,6 +162,9 @@ class AuditConfig:
     #: add-remove neighbour: "null" (canary replaced by a zero-gradient record,
     #: n kept) or "remove" (canary removed among mirror records; n - 1)
     neighbour: str = "null"
+    selector: str | None = None
+    candidates: int = 6
+    relation: str | None = None
 
 
 @dataclass
@@ -137,6 +187,8 @@ class AuditResult:
     fault: str | None
     seconds: float
     params: dict = field(default_factory=dict)
+    #: selector audits: the distinguishing event ("index == k", "index != k")
+    event: str | None = None
 
     @property
     def violated(self) -> bool:
@@ -200,6 +252,11 @@ def choose_test(s1, s0, delta: float, confidence: float) -> tuple[float, int]:
     (calibration) stats.  A bound whose numerator rests on fewer than
     max(20, 5%) of the calibration runs is not considered: far-tail thresholds
     win on calibration by chance and lose on fresh runs."""
+    return _best_test(s1, s0, delta, confidence)[1:]
+
+
+def _best_test(s1, s0, delta: float, confidence: float) -> tuple[float, float, int]:
+    """:func:`choose_test` with the calibration bound it reached: ``(eps, tau, sign)``."""
     best = (-1.0, 0.0, 1)
     n1, n0 = len(s1), len(s0)
     floor1, floor0 = max(20, 0.05 * n1), max(20, 0.05 * n0)
@@ -215,7 +272,22 @@ def choose_test(s1, s0, delta: float, confidence: float) -> tuple[float, int]:
         i = int(np.argmax(eps))
         if eps[i] > best[0]:
             best = (float(eps[i]), float(cand[i]), sign)
-    return best[1], best[2]
+    return best
+
+
+def choose_event(o1, o0, delta: float, confidence: float) -> int:
+    """The outcome ``k`` (a selector's returned index, -1 for none) whose
+    indicator ``output == k`` gives the largest epsilon bound on these
+    (calibration) outputs, in either direction (:func:`choose_test` then picks
+    ``output == k`` or ``output != k``).  ``o1``: outputs with the canary,
+    ``o0``: without."""
+    o1, o0 = np.asarray(o1), np.asarray(o0)
+    best_eps, best_k = -np.inf, int(o1[0])
+    for k in np.unique(np.concatenate([o1, o0])):
+        eps = _best_test((o1 == k).astype(float), (o0 == k).astype(float), delta, confidence)[0]
+        if eps > best_eps:
+            best_eps, best_k = eps, int(k)
+    return best_k
 
 
 def fisher_direction(F1: np.ndarray, F0: np.ndarray) -> np.ndarray:
@@ -281,8 +353,9 @@ def _fast_accountant(acc_cls):
     return Memo
 
 
-class _ScaledNormals:
-    """TEST-ONLY fault: a Generator whose normal draws are scaled by ``s``."""
+class _ScaledNoise:
+    """TEST-ONLY fault: a Generator whose normal, Gumbel and Laplace draws
+    are scaled by ``s`` about their location."""
 
     def __init__(self, gen, s):
         self._g, self._s = gen, s
@@ -292,6 +365,12 @@ class _ScaledNormals:
 
     def normal(self, loc=0.0, scale=1.0, size=None):
         return self._g.normal(loc, np.asarray(scale) * self._s, size)
+
+    def gumbel(self, loc=0.0, scale=1.0, size=None):
+        return self._g.gumbel(loc, np.asarray(scale) * self._s, size)
+
+    def laplace(self, loc=0.0, scale=1.0, size=None):
+        return self._g.laplace(loc, np.asarray(scale) * self._s, size)
 
     def __getattr__(self, name):
         return getattr(self._g, name)
@@ -337,6 +416,89 @@ def _unclipped_problem(problem_cls):
     return Unclipped
 
 
+def _unclipped_selector(selector_cls):
+    """TEST-ONLY fault: an exponential selector whose scores sum the raw loss
+    values (no clipping to ``[lo, hi]``) while its sensitivity stays ``hi - lo``."""
+
+    class Unclipped(selector_cls):
+        def utilities(self, candidates):
+            from dpreg_kernels.selection import clipped_phi_sums
+
+            pb = self.problem
+            W = np.ascontiguousarray(np.atleast_2d(np.asarray(candidates, dtype=float)))
+            phi = pb.loss.scalar_kernels()[0]
+            s, _ = clipped_phi_sums(pb.X, pb.y, pb.all_rows, W, phi, -np.inf, np.inf)
+            psi = np.array([pb.loss.psi(w) for w in W])
+            return s - pb.n * self.lo + pb.n * psi, 0
+
+    Unclipped.__name__ = f"Unclipped{selector_cls.__name__}"
+    return Unclipped
+
+
+def _selector_trial(cfg: AuditConfig, reg, acc_cls, fault, scale):
+    """Set up a selector audit (see the module docstring).  Returns
+    ``(trial, target, relation, params)`` where ``trial(present, seed)`` runs
+    the selector once on the canary (``present``) or neighbour data set, with a
+    fresh accountant of budget (epsilon, delta), and returns
+    ``(array([index or -1]), accountant epsilon spent)``."""
+    from .params import bind, parse_pairs
+    from .problem import Problem
+
+    if cfg.algo is not None or cfg.noise is not None:
+        raise ParameterError("--selector audits a selector alone: give no --algo or --noise")
+    sel_cls = reg.get("selector", cfg.selector)
+    if cfg.selector not in SELECTOR_AUDIT:
+        raise ParameterError(f"no audit construction for selector {cfg.selector!r}; "
+                             f"auditable: {', '.join(SELECTOR_AUDIT)}")
+    spec = SELECTOR_AUDIT[cfg.selector]
+    relation = cfg.relation or spec["relation"]
+    given = parse_pairs(cfg.params) if isinstance(cfg.params, (list, tuple)) else dict(cfg.params)
+    params = bind(sel_cls.params, {**spec["params"], **given}, f"selector {cfg.selector!r}")
+    loss = reg.get("loss", cfg.loss)
+    (X1, y1), (X0, y0) = canary_data(cfg.n, cfg.d, relation, cfg.canary_norm)
+    pcls = _unclipped_problem(Problem) if fault == "no-clip" else Problem
+    problems = {True: pcls(loss, X1, y1, name="audit canary"),
+                False: pcls(loss, X0, y0, name="audit neighbour")}
+    e1 = np.zeros(cfg.d)
+    e1[0] = 1.0
+
+    if cfg.selector == "exponential":
+        run_cls = _unclipped_selector(sel_cls) if fault == "no-clip" else sel_cls
+        kw = {"lo": params["lo"], "hi": params["hi"], "radius": params["net_radius"]}
+        R = run_cls(problems[True], accountant=None, rng=None, **kw).radius
+        W = np.array([R * e1] + [-R * e1] * (cfg.candidates - 1))
+        params = {**params, "net_radius": R}
+
+        def select(sel):
+            return sel.select(W, cfg.epsilon, fit=True)
+
+        target = f"selector exponential ({cfg.candidates} candidates: +-{R:g} e_1)"
+    else:
+        run_cls = sel_cls
+        kw = {"grad_clip": params["grad_clip"], "hess_clip": params["hess_clip"], "check": params["check"]}
+        C = run_cls(problems[True], accountant=None, rng=None, **kw).C
+        alpha = params["alpha"] if params["alpha"] is not None else C / (2.0 * cfg.n)
+        params = {**params, "grad_clip": C, "alpha": alpha}
+        W = [np.zeros(cfg.d), FAR * e1]
+        if relation == "replace-one":  # the mirror's gradient is C at +FAR e_1, ~0 at the origin
+            W.reverse()
+
+        def select(sel):
+            return sel.select(W, cfg.epsilon, alpha, fit=True)
+
+        target = f"selector above-threshold (2 candidates, alpha={alpha:.4g}, check={params['check']})"
+
+    def trial(present: bool, seed: int):
+        acc = acc_cls(cfg.epsilon, cfg.delta, relation)
+        rng = np.random.default_rng(seed)
+        if fault == "noise-scale":
+            rng = _ScaledNoise(rng, scale)
+        out = select(run_cls(problems[present], accountant=acc, rng=rng, **kw))
+        return np.array([-1.0 if out.index is None else float(out.index)]), acc.epsilon_spent
+
+    return trial, target, relation, params
+
+
 def _validate(cfg: AuditConfig) -> None:
     check_budget_args(cfg.epsilon, cfg.delta)
     if not (isinstance(cfg.trials, int) and cfg.trials >= 20):
@@ -353,6 +515,13 @@ def _validate(cfg: AuditConfig) -> None:
         raise ParameterError(f"canary norm must be a finite number > 0, got {cfg.canary_norm!r}")
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or cfg.seed < 0:
         raise ParameterError(f"seed must be an integer >= 0, got {cfg.seed!r}")
+    if not (isinstance(cfg.candidates, int) and cfg.candidates >= 2):
+        raise ParameterError(f"candidates must be an integer >= 2, got {cfg.candidates!r}")
+    if cfg.relation is not None:
+        if cfg.relation not in ("replace-one", "add-remove"):
+            raise ParameterError(f"relation must be replace-one or add-remove, got {cfg.relation!r}")
+        if cfg.selector is None:
+            raise ParameterError("--relation applies to selector audits (an algorithm declares its own)")
     if not (0 < cfg.confidence < 1):
         raise ParameterError(f"confidence must be in (0, 1), got {cfg.confidence!r}")
 
@@ -372,9 +541,13 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
     t0 = time.perf_counter()
     seeds = [int(s) for s in np.random.SeedSequence(cfg.seed).generate_state(2 * cfg.trials, dtype=np.uint32)]
 
-    if cfg.algo is None:
+    event = None
+    if cfg.selector is not None:
+        trial, target, relation, params = _selector_trial(cfg, reg, acc_cls, fault, scale)
+        noise_name = None
+    elif cfg.algo is None:
         if cfg.noise is None:
-            raise ParameterError("give --algo NAME, or --noise NAME to audit a noise mechanism alone")
+            raise ParameterError("give --algo NAME, --noise NAME (a noise mechanism alone) or --selector NAME")
         noise_cls = reg.get("noise", cfg.noise)
         if fault == "no-clip":
             raise ParameterError("fault no-clip needs an algorithm (a mechanism alone clips nothing)")
@@ -423,7 +596,7 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
             algo = algo_cls(problems[present], params, noise=noise_cls, accountant=acc, seed=seed)
             if fault == "noise-scale":
                 orig = algo.rng
-                algo.rng = lambda stream: _ScaledNormals(orig(stream), scale)
+                algo.rng = lambda stream: _ScaledNoise(orig(stream), scale)
             out = algo.run()
             w = np.nan_to_num(np.asarray(out.w, dtype=float), nan=1e300, posinf=1e300, neginf=-1e300)
             return np.array([w[0]]), acc.epsilon_spent
@@ -448,7 +621,10 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
         numba.set_num_threads(threads)
     F1, F0 = np.array(feats[True]), np.array(feats[False])
     h = cfg.trials // 2
-    if F1.shape[1] > 1:
+    if cfg.selector is not None:
+        k = choose_event(F1[:h, 0], F0[:h, 0], cfg.delta, cfg.confidence)
+        s1, s0 = (F1[:, 0] == k).astype(float), (F0[:, 0] == k).astype(float)
+    elif F1.shape[1] > 1:
         v = fisher_direction(F1[:h], F0[:h])
         s1, s0 = F1 @ v, F0 @ v
     else:
@@ -457,9 +633,15 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
     fp, fn = _errors(s1[h:], s0[h:], tau, sign)
     n1, n0 = len(s1) - h, len(s0) - h
     eps, fpr_u, fnr_u = epsilon_lower_bound(fp, n0, fn, n1, cfg.delta, cfg.confidence)
+    if cfg.selector is not None:  # sign * indicator > tau: tau 0 / -1 for the two directions
+        name = "none" if k == -1 else str(k)
+        if (sign > 0 and tau < 1) or (sign < 0 and tau < 0):
+            event = f"index == {name}" if sign > 0 else f"index != {name}"
+        else:
+            event = "never (no informative event)"
     return AuditResult(
-        target=target, noise=cfg.noise if cfg.algo is None else noise_name, relation=relation,
+        target=target, noise=noise_name if cfg.algo is not None or cfg.selector else cfg.noise, relation=relation,
         trials=cfg.trials, epsilon_claimed=claimed, delta=cfg.delta, epsilon_lower=float(eps[0]),
         confidence=cfg.confidence, fpr=float(fp[0]) / n0, fnr=float(fn[0]) / n1,
         fpr_upper=float(fpr_u[0]), fnr_upper=float(fnr_u[0]), threshold=float(tau), fault=cfg.fault,
-        seconds=time.perf_counter() - t0, params=params)
+        seconds=time.perf_counter() - t0, params=params, event=event)

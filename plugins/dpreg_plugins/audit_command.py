@@ -2,8 +2,8 @@
 hook exactly as a third-party plugin would add one.
 
 ``dpreg audit --algo NAME --noise NAME [--trials N] [--epsilon E --delta D
---seed S]`` runs :func:`dpreg.audit.run_audit` (canary data sets, many seeded
-runs, a distinguishing test, Clopper-Pearson) and prints the audited lower
+--seed S]`` (or ``dpreg audit --selector exponential|above-threshold ...``)
+runs :func:`dpreg.audit.run_audit` (canary data sets, many seeded runs, a distinguishing test, Clopper-Pearson) and prints the audited lower
 bound ``epsilon_lower`` next to the accountant's epsilon.  Exit status: 0 when
 ``epsilon_lower <= epsilon`` claimed, 1 when the audit found a violation, 2 on
 a user error (one line ``error: ...``).
@@ -22,6 +22,13 @@ from dpreg import hookimpl
 @click.option("--algo", default=None,
               help="algorithm to audit (dpreg list algorithm); omit to audit --noise alone")
 @click.option("--noise", default=None, help="noise mechanism (dpreg list noise)")
+@click.option("--selector", default=None,
+              help="selector to audit instead (exponential, above-threshold): index returned on canary data sets")
+@click.option("--candidates", type=int, default=6, show_default=True,
+              help="exponential selector audit: number of candidate points")
+@click.option("--relation", type=click.Choice(["replace-one", "add-remove"]), default=None,
+              help="selector audit: neighbouring relation [default: replace-one for exponential, "
+                   "add-remove for above-threshold]")
 @click.option("--loss", default="logistic", show_default=True,
               help="loss (needs zero gradient at x = 0: no data-independent term)")
 @click.option("--trials", type=int, default=1000, show_default=True,
@@ -30,7 +37,7 @@ from dpreg import hookimpl
 @click.option("--delta", type=float, default=1e-5, show_default=True, help="budget delta of every run")
 @click.option("--accountant", default="rdp", show_default=True, help="accountant name")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="algorithm parameter (repeatable); small-size defaults otherwise")
+              help="algorithm or selector parameter (repeatable); small-size defaults otherwise")
 @click.option("--seed", type=int, default=0, show_default=True, help="seed of the whole audit")
 @click.option("--n", "n", type=int, default=20, show_default=True, help="records in each canary data set")
 @click.option("--d", "d", type=int, default=2, show_default=True, help="dimension")
@@ -47,9 +54,9 @@ from dpreg import hookimpl
 @click.option("--fault", default=None, hidden=True,
               help="TEST-ONLY fault injection: noise-scale=S or no-clip (breaks privacy on purpose)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
-def audit(algo, noise, loss, trials, epsilon, delta, accountant, params, seed, n, d, steps, participation,
-          canary_norm, neighbour, confidence, fault, as_json):
-    """Empirically audit the privacy of an algorithm or a noise mechanism.
+def audit(algo, noise, selector, candidates, relation, loss, trials, epsilon, delta, accountant, params, seed,
+          n, d, steps, participation, canary_norm, neighbour, confidence, fault, as_json):
+    """Empirically audit the privacy of an algorithm, a noise mechanism or a selector.
 
     Runs it many times on two neighbouring canary data sets, distinguishes
     them from the output, and turns the error rates into a Clopper-Pearson
@@ -64,7 +71,8 @@ def audit(algo, noise, loss, trials, epsilon, delta, accountant, params, seed, n
         cfg = AuditConfig(algo=algo, noise=noise, loss=loss, epsilon=epsilon, delta=delta,
                           accountant=accountant, trials=trials, seed=seed, params=list(params), n=n, d=d,
                           steps=steps, participation=participation, canary_norm=canary_norm, neighbour=neighbour,
-                          confidence=confidence, fault=fault)
+                          confidence=confidence, fault=fault, selector=selector, candidates=candidates,
+                          relation=relation)
         return run_audit(cfg)
 
     r = go()
@@ -75,6 +83,8 @@ def audit(algo, noise, loss, trials, epsilon, delta, accountant, params, seed, n
                    + f": {r.trials} runs x 2 data sets, relation {r.relation}"
                    + (f"  [TEST-ONLY FAULT {r.fault}]" if r.fault else ""))
         click.echo(f"claimed   epsilon={r.epsilon_claimed:.4g} at delta={r.delta:.3g} ({accountant})")
+        if r.event:
+            click.echo(f"event     {r.event} (chosen on the calibration half)")
         click.echo(f"audited   epsilon_lower={r.epsilon_lower:.4g} ({r.confidence:.0%} Clopper-Pearson; "
                    f"FPR={r.fpr:.3f} <= {r.fpr_upper:.3f}, FNR={r.fnr:.3f} <= {r.fnr_upper:.3f})")
         click.echo(f"result    {'VIOLATION: epsilon_lower > claimed epsilon' if r.violated else 'ok: epsilon_lower <= claimed epsilon'}"
