@@ -293,14 +293,17 @@ class Algorithm(ABC):
         self.noise = noise
         self.accountant = accountant
         self.seed = int(seed)
-        self.seeds = np.random.SeedSequence(self.seed)
         self.progress = progress or (lambda step, total: None)
 
+    def seed_sequence(self, stream: str) -> np.random.SeedSequence:
+        """The SeedSequence of a named stream, derived from the run seed (the same
+        stream name always gives the same numbers for the same seed); for
+        components that seed themselves, such as noise mechanisms."""
+        return np.random.SeedSequence([self.seed] + [ord(c) for c in stream])
+
     def rng(self, stream: str) -> np.random.Generator:
-        """A Generator for a named stream, derived from the run seed (the same
-        stream name always gives the same numbers for the same seed)."""
-        key = [self.seed] + [ord(c) for c in stream]
-        return np.random.default_rng(np.random.SeedSequence(key))
+        """A Generator for a named stream (see :meth:`seed_sequence`)."""
+        return np.random.default_rng(self.seed_sequence(stream))
 
     @abstractmethod
     def run(self) -> RunOutput: ...

@@ -24,6 +24,14 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 CLIP_MARGIN = 1e-12
 
 
+def project(w: np.ndarray, radius: float | None) -> np.ndarray:
+    """Euclidean projection onto the ball of ``radius`` (identity for None)."""
+    if radius is None:
+        return w
+    nrm = float(np.linalg.norm(w))
+    return w if nrm <= radius else w * (radius / nrm)
+
+
 def _inner(clip: float) -> float:
     clip = float(clip)
     return clip * (1.0 - CLIP_MARGIN) if np.isfinite(clip) else clip
@@ -126,19 +134,16 @@ class Problem:
         ix = self._idx(idx)
         return self._k.hvp_sum(self.X, self.y, ix, w, v, self._scalars[2]) / len(ix) + self.loss.psi_hvp(w, v)
 
-    def hessian(self, w: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
-        """Exact dense empirical Hessian (use for small d only)."""
+    def hessian(self, w: np.ndarray, idx: np.ndarray | None = None, clip: float = np.inf) -> np.ndarray:
+        """Dense empirical Hessian (use for small d only).  Exact by default;
+        with a finite ``clip`` each record's data part ``d2phi x x^T`` is scaled
+        to operator norm <= clip (the sensitivity-bounded Hessian of the
+        above-threshold selector)."""
         w = np.ascontiguousarray(w, dtype=np.float64)
         ix = self._idx(idx)
-        H = self._k.hessian_sum(self.X, self.y, ix, w, self._scalars[2]) / len(ix)
+        H, _ = self._k.clipped_hessian_sum(self.X, self.y, ix, w, self._scalars[2], float(clip))
+        H = H / len(ix)
         eye = np.eye(self.d)
         H += np.stack([self.loss.psi_hvp(w, eye[j]) for j in range(self.d)], axis=1)
         return 0.5 * (H + H.T)
 
-    def project(self, w: np.ndarray) -> np.ndarray:
-        """Projection onto the loss's feasible ball (identity without a radius)."""
-        R = self.loss.radius
-        if R is None:
-            return w
-        nrm = float(np.linalg.norm(w))
-        return w if nrm <= R else w * (R / nrm)

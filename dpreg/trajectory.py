@@ -38,3 +38,29 @@ class Trajectory:
             out[k] = {"count": int(a.size), "first": float(a[0]), "last": float(a[-1]),
                       "min": float(a.min()), "max": float(a.max()), "mean": float(a.mean())}
         return out
+
+
+class OutputChoice:
+    """The iterate an algorithm returns among w_1..w_T: ``"last"``, ``"average"``
+    (running mean) or ``"random"`` (w_t with t uniform in 1..T, drawn up front
+    from ``rng`` - the output rule of DP-SGD Alg 3 and DP-SPIDER Alg 1).
+    Post-processing of released iterates: no privacy cost.  O(d) memory."""
+
+    MODES = ("last", "average", "random")
+
+    def __init__(self, mode: str, T: int, rng: np.random.Generator, w0: np.ndarray):
+        if mode not in self.MODES:
+            raise ValueError(f"output must be one of {', '.join(self.MODES)}, got {mode!r}")
+        self.mode = mode
+        self._pick = int(rng.integers(1, T + 1))
+        self._avg = np.zeros_like(w0, dtype=float)
+        self._chosen = np.array(w0, dtype=float)
+
+    def see(self, t: int, w: np.ndarray) -> None:
+        """Record iterate w_t (t = 1, 2, ...)."""
+        self._avg += (w - self._avg) / t
+        if t == self._pick:
+            self._chosen = np.array(w, dtype=float)
+
+    def result(self, w_last: np.ndarray) -> np.ndarray:
+        return {"last": w_last, "average": self._avg, "random": self._chosen}[self.mode]

@@ -60,7 +60,7 @@ _CACHED_RUN = textwrap.dedent("""
             pb.clipped_diff_sum(w, 2 * w, None, 1.0); pb.value(w); pb.hvp(w, w); pb.hessian(w)
     import dpreg_kernels.linear_model as K
     hits = {n: sum(getattr(K, n).stats.cache_hits.values()) for n in ("grad_sum", "diff_sum", "row_sqnorms",
-            "phi_sum", "hvp_sum", "hessian_sum")}
+            "phi_sum", "hvp_sum", "clipped_hessian_sum")}
     compiled = [str(getattr(e.data.get("dispatcher"), "py_func", e.data.get("dispatcher"))) for _, e in rec.buffer
                 if e.is_start]
     print(json.dumps({"compiled": compiled, "hits": hits, "compile_s": out["timing"]["compile_s"]}))

@@ -265,7 +265,10 @@ def _grad_sum(X, y, nx, idx, full, w, r, dphi, clip):
 def _diff_chunk(X, y, nx, idx, full, w, wp, dr, rr, dphi, clip, clip2, ahead, short, zero, lo, hi, acc):
     """Rows ``lo..hi`` of the batch into ``acc``; returns (sum of clip factors,
     number clipped).  One chunk of :func:`_diff_sum` (a separate function so
-    numba's parallel passes see a small loop body: compile time)."""
+    numba's parallel passes see a small loop body: compile time).  It repeats
+    :func:`_grad_chunk`'s 4-row blocking on purpose: a shared body behind a
+    runtime flag would put O2's second margin and its branch into O1's inner
+    loop, the hottest loop of every run."""
     d = X.shape[1]
     cs = 0.0
     k = 0
@@ -500,44 +503,58 @@ def _hvp_sum(X, y, idx, w, v, d2phi):
     return out
 
 
-def _hessian_sum(X, y, idx, w, d2phi):
-    """Sum over rows of ``d2phi(<x_i,w>, y_i) x_i x_i^T`` (dense, for small d)."""
+def _clipped_hessian_sum(X, y, idx, w, d2phi, clip):
+    """``sum_{i in idx} s_i h_i x_i x_i^T`` with ``h_i = d2phi(<x_i,w>, y_i)`` and
+    ``s_i = min(1, clip / (|h_i| |x_i|^2))``: every term has operator norm at
+    most ``clip``.  Returns ``(dense symmetric d x d sum, n_clipped)``."""
     b = idx.shape[0]
     d = X.shape[1]
     nc = n_chunks(b)
     step = (b + nc - 1) // nc
     part = np.zeros((nc, d, d))
+    ncl = np.zeros(nc, dtype=np.int64)
     for c in prange(nc):
-        lo = c * step
-        hi = min(b, lo + step)
+        lo_r = c * step
+        hi_r = min(b, lo_r + step)
         acc = part[c]
-        for t in range(lo, hi):
+        k_cl = 0
+        for t in range(lo_r, hi_r):
             i = idx[t]
             xi = X[i]
             m = 0.0
+            xx = 0.0
             for j in range(d):
                 m += xi[j] * w[j]
+                xx += xi[j] * xi[j]
             h = d2phi(m, y[i])
+            op = abs(h) * xx
+            if not op <= clip:
+                k_cl += 1
+                # an operator norm that overflowed or is NaN drops the term
+                h = h * (clip / op) if op < np.inf else 0.0
             for j in range(d):
                 hj = h * xi[j]
                 for k in range(j, d):
                     acc[j, k] += hj * xi[k]
+        ncl[c] = k_cl
     out = np.zeros((d, d))
+    nclip = 0
     for c in range(nc):
         for j in range(d):
             for k in range(j, d):
                 out[j, k] += part[c, j, k]
+        nclip += ncl[c]
     for j in range(d):
         for k in range(j):
             out[j, k] = out[k, j]
-    return out
+    return out, nclip
 
 
 _GRAD_SIG = types.Tuple((Vec, i8))(Mat, Vec, Vec, Idx, types.boolean, Vec, Vec, ScalarFn, f8)
 _DIFF_SIG = types.Tuple((Vec, i8))(Mat, Vec, Vec, Idx, types.boolean, Vec, Vec, Vec, Vec, ScalarFn, f8)
 _PHI_SIG = f8(Mat, Vec, Idx, Vec, ScalarFn)
 _HVP_SIG = Vec(Mat, Vec, Idx, Vec, Vec, ScalarFn)
-_HESS_SIG = types.Array(f8, 2, "C")(Mat, Vec, Idx, Vec, ScalarFn)
+_HESS_SIG = types.Tuple((types.Array(f8, 2, "C"), i8))(Mat, Vec, Idx, Vec, ScalarFn, f8)
 
 _ahead = jit_inline(_ahead)
 _prefetch_row = jit_inline(_prefetch_row)
@@ -574,7 +591,14 @@ class _Lazy:
 
 
 hvp_sum = _Lazy(_HVP_SIG, _hvp_sum)
-hessian_sum = jit_parallel(_HESS_SIG)(_hessian_sum)
+clipped_hessian_sum = jit_parallel(_HESS_SIG)(_clipped_hessian_sum)
+
+
+def hessian_sum(X, y, idx, w, d2phi):
+    """Sum over rows of ``d2phi(<x_i,w>, y_i) x_i x_i^T`` (dense, small d): the
+    exact data part of the Hessian, :func:`clipped_hessian_sum` with no clip."""
+    return clipped_hessian_sum(X, y, idx, w, d2phi, np.inf)[0]
+
 
 def clipped_grad_sum(X, y, idx, w, r, dphi, clip, nx=None):
     """(sum over rows ``idx`` of per-record gradients clipped to norm ``clip``,

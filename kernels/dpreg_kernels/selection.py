@@ -5,8 +5,9 @@
   of the data part of the per-record loss, ``phi(<x_i, w_k>, y_i)``, each
   clipped to the declared range ``[lo, hi]``: the score of the exponential
   mechanism, whose sensitivity ``hi - lo`` the clipping enforces.
-* :func:`clipped_hessian_sum` - the sum over rows of the data part of the
-  per-record Hessian, ``d2phi(<x_i,w>, y_i) x_i x_i^T``, each scaled so its
+* :func:`clipped_hessian_sum` (defined in :mod:`dpreg_kernels.linear_model`,
+  where with no clip it is also the exact Hessian) - the sum over rows of the
+  data part of the per-record Hessian, ``d2phi(<x_i,w>, y_i) x_i x_i^T``, each scaled so its
   operator norm ``|d2phi| |x_i|^2`` is at most ``clip``: the lambda_min query of
   AboveThreshold, whose sensitivity (Weyl) the scaling enforces.
 
@@ -21,6 +22,7 @@ import numpy as np
 from numba import prange, types
 
 from .config import jit_parallel
+from . import linear_model as _lm
 from .linear_model import Idx, Mat, ScalarFn, Vec, f8, i8, n_chunks
 
 
@@ -68,55 +70,8 @@ def _clipped_phi_sums(X, y, idx, W, phi, lo, hi):
     return out, nclip
 
 
-def _clipped_hessian_sum(X, y, idx, w, d2phi, clip):
-    """``sum_{i in idx} s_i h_i x_i x_i^T`` with ``h_i = d2phi(<x_i,w>, y_i)`` and
-    ``s_i = min(1, clip / (|h_i| |x_i|^2))``: every term has operator norm at
-    most ``clip``.  Returns ``(dense symmetric d x d sum, n_clipped)``."""
-    b = idx.shape[0]
-    d = X.shape[1]
-    nc = n_chunks(b)
-    step = (b + nc - 1) // nc
-    part = np.zeros((nc, d, d))
-    ncl = np.zeros(nc, dtype=np.int64)
-    for c in prange(nc):
-        lo_r = c * step
-        hi_r = min(b, lo_r + step)
-        acc = part[c]
-        k_cl = 0
-        for t in range(lo_r, hi_r):
-            i = idx[t]
-            xi = X[i]
-            m = 0.0
-            xx = 0.0
-            for j in range(d):
-                m += xi[j] * w[j]
-                xx += xi[j] * xi[j]
-            h = d2phi(m, y[i])
-            op = abs(h) * xx
-            if not op <= clip:
-                k_cl += 1
-                # an operator norm that overflowed or is NaN drops the term
-                h = h * (clip / op) if op < np.inf else 0.0
-            for j in range(d):
-                hj = h * xi[j]
-                for k in range(j, d):
-                    acc[j, k] += hj * xi[k]
-        ncl[c] = k_cl
-    out = np.zeros((d, d))
-    nclip = 0
-    for c in range(nc):
-        for j in range(d):
-            for k in range(j, d):
-                out[j, k] += part[c, j, k]
-        nclip += ncl[c]
-    for j in range(d):
-        for k in range(j):
-            out[j, k] = out[k, j]
-    return out, nclip
-
-
 _PHI_SUMS_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Mat, ScalarFn, f8, f8)
-_HESS_SIG = types.Tuple((types.Array(f8, 2, "C"), i8))(Mat, Vec, Idx, Vec, ScalarFn, f8)
 
 clipped_phi_sums = jit_parallel(_PHI_SUMS_SIG)(_clipped_phi_sums)
-clipped_hessian_sum = jit_parallel(_HESS_SIG)(_clipped_hessian_sum)
+#: defined next to the other Hessian code; re-exported for the selectors
+clipped_hessian_sum = _lm.clipped_hessian_sum

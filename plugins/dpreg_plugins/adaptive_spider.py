@@ -38,9 +38,9 @@ from dpreg.access import Exhausted, SinglePass
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
+from dpreg.problem import project
 from dpreg.trajectory import Trajectory
 
-from .dp_gd import project
 from .spider_core import SpiderEstimator, calibrate_noise
 
 
@@ -156,7 +156,7 @@ class AdaptiveSpider(Algorithm):
             raise ParameterError(f"adaptive-spider: O1 batch b={b} needs more than n={n} records "
                                  f"(lower --param batch, or raise alpha)")
         est = SpiderEstimator(pb, self.noise, noise_multiplier=z, horizon=horizon, accountant=self.accountant,
-                              seed=np.random.SeedSequence([self.seed] + [ord(c) for c in "adaptive-spider noise"]),
+                              seed=self.seed_sequence("adaptive-spider noise"),
                               clip=r["clip"], smoothness=M)
         access = SinglePass(n, self.rng("adaptive-spider sampling"))
         pert_rng = self.rng("adaptive-spider perturbation")

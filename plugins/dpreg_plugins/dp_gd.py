@@ -14,6 +14,7 @@ from dpreg.accounting import gaussian_event, self_composed
 from dpreg.errors import BudgetExceededError
 from dpreg.interfaces import Algorithm, Participation, RunOutput, charge
 from dpreg.params import ParamSpec
+from dpreg.problem import project
 from dpreg.trajectory import Trajectory
 
 COMMON = (
@@ -59,13 +60,6 @@ def resolve_common(problem, p):
     step = p["step"] if p.get("step") is not None else 1.0 / M
     radius = p["radius"] if p.get("radius") is not None else problem.loss.radius
     return clip, step, radius
-
-
-def project(w, radius):
-    if radius is None:
-        return w
-    n = float(np.linalg.norm(w))
-    return w if n <= radius else w * (radius / n)
 
 
 class DPGD(Algorithm):

@@ -17,9 +17,10 @@ from dpreg import hookimpl
 from dpreg.accounting import gaussian_event, poisson_sampled, self_composed
 from dpreg.interfaces import Algorithm, RunOutput, charge
 from dpreg.params import ParamSpec
-from dpreg.trajectory import Trajectory
+from dpreg.problem import project
+from dpreg.trajectory import OutputChoice, Trajectory
 
-from .dp_gd import COMMON, NOISE_MULTIPLIER, plan_noise, project, resolve_common
+from .dp_gd import COMMON, NOISE_MULTIPLIER, plan_noise, resolve_common
 
 
 class DPSGD(Algorithm):
@@ -63,9 +64,7 @@ class DPSGD(Algorithm):
         access = Resample(pb.n, self.rng("dp-sgd sampling"))
         noise_rng = self.rng("dp-sgd noise")
         w = self.initial_point()
-        avg = np.zeros(pb.d)
-        pick = int(self.rng("dp-sgd output").integers(1, T + 1))
-        chosen = w
+        output = OutputChoice(self.p["output"], T, self.rng("dp-sgd output"), w)
         traj = Trajectory(T)
         traj.log(0, w)
         factor = self.accountant.sensitivity_factor
@@ -75,12 +74,10 @@ class DPSGD(Algorithm):
             s, _ = pb.clipped_grad_sum(w, idx, clip) if len(idx) else (np.zeros(pb.d), 0)
             g = (s + noise_rng.standard_normal(pb.d) * (z * factor * clip)) / b
             w = project(w - step * g, radius)
-            avg += (w - avg) / t
-            if t == pick:
-                chosen = w.copy()
+            output.see(t, w)
             traj.log(t, w, noisy_grad_norm=np.linalg.norm(g), batch=len(idx))
             self.progress(t, T)
-        out = {"last": w, "average": avg, "random": chosen}[self.p["output"]]
+        out = output.result(w)
         traj.finish(T, w)
         return RunOutput(out, T, access.used, access.used, traj.series,
                          {"noise_multiplier": z, "sampling_rate": q, "expected_batch": b,

@@ -37,9 +37,10 @@ from dpreg.access import Resample
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
-from dpreg.trajectory import Trajectory
+from dpreg.problem import project
+from dpreg.trajectory import OutputChoice, Trajectory
 
-from .dp_gd import COMMON, project, resolve_common
+from .dp_gd import COMMON, resolve_common
 from .spider_core import SpiderEstimator, calibrate_noise
 
 
@@ -104,14 +105,12 @@ class DPSpider(Algorithm):
         horizon = min(q, T)
         z = calibrate_noise(self.accountant, self.noise, horizon, spider_plan(T, q, p1, p2))
         est = SpiderEstimator(pb, self.noise, noise_multiplier=z, horizon=horizon,
-                              accountant=self.accountant, seed=np.random.SeedSequence([self.seed] + [ord(c) for c in "dp-spider noise"]),
+                              accountant=self.accountant, seed=self.seed_sequence("dp-spider noise"),
                               clip=clip, smoothness=M,
                               diff_cap=2.0 * clip if self.p["lipschitz_cap"] else None)
         w = self.initial_point()
         w_prev = w
-        avg = np.zeros(pb.d)
-        pick = int(self.rng("dp-spider output").integers(1, T + 1))
-        chosen = w
+        output = OutputChoice(self.p["output"], T, self.rng("dp-spider output"), w)
         traj = Trajectory(T)
         traj.log(0, w)
         clipped = 0
@@ -126,14 +125,12 @@ class DPSpider(Algorithm):
             g = rel.value
             w_prev = w
             w = project(w - step * g, radius)
-            avg += (w - avg) / (t + 1)
-            if t + 1 == pick:
-                chosen = w.copy()
+            output.see(t + 1, w)
             traj.log(t + 1, w, noisy_grad_norm=float(np.linalg.norm(g)), batch=rel.batch,
                      sensitivity=rel.sensitivity)
             self.progress(t + 1, T)
         traj.finish(T, w)
-        out = {"last": w, "average": avg, "random": chosen}[self.p["output"]]
+        out = output.result(w)
         info = {
             "noise": self.noise.name, "noise_multiplier": z, "phase_length": q, "phases": est.phases,
             "o2_calls": est.o2_calls, "batch1": b1, "batch2": b2, "sampling_rate1": q1, "sampling_rate2": q2,

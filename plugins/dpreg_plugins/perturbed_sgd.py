@@ -54,6 +54,7 @@ from dpreg.access import Exhausted, SinglePass
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, NoiseMechanism, RunOutput
 from dpreg.params import ParamSpec
+from dpreg.problem import project
 from dpreg.trajectory import Trajectory
 
 from .spider_core import SpiderEstimator
@@ -262,7 +263,7 @@ class PerturbedSGD(Algorithm):
         out = x
 
         def step(x, g):
-            return _project(x - eta * g, radius)
+            return project(x - eta * g, radius)
 
         def query(x):
             nonlocal steps
@@ -325,13 +326,6 @@ class PerturbedSGD(Algorithm):
 
 class _StepCap(Exception):
     pass
-
-
-def _project(w, radius):
-    if radius is None:
-        return w
-    nrm = float(np.linalg.norm(w))
-    return w if nrm <= radius else w * (radius / nrm)
 
 
 @hookimpl

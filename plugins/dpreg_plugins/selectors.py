@@ -288,15 +288,8 @@ class AboveThresholdSelector(Selector):
         return float(np.linalg.norm(s)) / pb.n
 
     def clipped_lambda_min(self, w) -> float:
-        from dpreg_kernels.selection import clipped_hessian_sum
-
-        pb = self.problem
-        w = np.ascontiguousarray(w, dtype=float)
-        H, _ = clipped_hessian_sum(pb.X, pb.y, pb.all_rows, w, pb.loss.scalar_kernels()[2], self.M)
-        H = H / pb.n
-        eye = np.eye(pb.d)
-        H += np.stack([pb.loss.psi_hvp(w, eye[j]) for j in range(pb.d)], axis=1)
-        return float(np.linalg.eigvalsh(0.5 * (H + H.T))[0])
+        """lambda_min of the Hessian with each record's part clipped to operator norm M."""
+        return float(np.linalg.eigvalsh(self.problem.hessian(w, clip=self.M))[0])
 
     def deficits(self, candidates, alpha: float, rho: float | None = None) -> np.ndarray:
         """Normalised deficits u(w_t) (sensitivity 1; <= 0 means an alpha-SOSP of
