@@ -23,20 +23,20 @@ from .errors import DpregError, DuplicateNameError, UnknownNameError
 #: built-in plugin modules, registered before any entry point, exactly like
 #: third-party plugins (the host reaches them only through the registry)
 DEFAULT_PLUGINS: tuple[str, ...] = (
-    "dpreg_plugins.losses",
-    "dpreg_plugins.oracles",
-    "dpreg_plugins.noise_gaussian",
-    "dpreg_plugins.noise_tree",
-    "dpreg_plugins.accountants",
-    "dpreg_plugins.datasets",
-    "dpreg_plugins.dp_gd",
-    "dpreg_plugins.dp_sgd",
-    "dpreg_plugins.dp_spider",
-    "dpreg_plugins.adaptive_spider",
-    "dpreg_plugins.perturbed_sgd",
-    "dpreg_plugins.selectors",
-    "dpreg_plugins.warm_start",
-    "dpreg_plugins.audit_command",
+    "dpreg_plugins.losses.linear",
+    "dpreg_plugins.oracles.spider",
+    "dpreg_plugins.noise.gaussian",
+    "dpreg_plugins.noise.tree",
+    "dpreg_plugins.accountants.dp_accounting",
+    "dpreg_plugins.datasets.sources",
+    "dpreg_plugins.algorithms.dp_gd",
+    "dpreg_plugins.algorithms.dp_sgd",
+    "dpreg_plugins.algorithms.dp_spider",
+    "dpreg_plugins.algorithms.adaptive_spider",
+    "dpreg_plugins.algorithms.perturbed_sgd",
+    "dpreg_plugins.selectors.private_selection",
+    "dpreg_plugins.algorithms.warm_start",
+    "dpreg_plugins.commands.audit",
 )
 
 ENTRY_POINT_GROUP = "dpreg"

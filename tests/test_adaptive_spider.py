@@ -15,11 +15,11 @@ from dpreg.errors import BudgetExceededError
 from dpreg.interfaces import Participation
 from dpreg.params import bind
 from dpreg.problem import Problem
-from dpreg_plugins.adaptive_spider import AdaptiveSpider, default_B, theorem_alpha
-from dpreg_plugins.losses import Logistic, Sigmoid
-from dpreg_plugins.noise_gaussian import GaussianMechanism
-from dpreg_plugins.noise_tree import TreeMechanism
-from dpreg_plugins.spider_core import SpiderEstimator, calibrate_noise
+from dpreg_plugins.algorithms.adaptive_spider import AdaptiveSpider, default_B, theorem_alpha
+from dpreg_plugins.losses.linear import Logistic, Sigmoid
+from dpreg_plugins.noise.gaussian import GaussianMechanism
+from dpreg_plugins.noise.tree import TreeMechanism
+from dpreg_plugins.algorithms.spider_core import SpiderEstimator, calibrate_noise
 
 from conftest import shared_file, unit_rows
 

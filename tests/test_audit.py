@@ -178,8 +178,8 @@ def test_audit_command_comes_from_the_hook(cli):
     from dpreg.registry import get_registry
 
     assert "audit" in cli.commands
-    assert get_registry().pm.get_plugin("dpreg_plugins.audit_command") is not None
-    assert cli.commands["audit"].callback.__module__ == "dpreg_plugins.audit_command"
+    assert get_registry().pm.get_plugin("dpreg_plugins.commands.audit") is not None
+    assert cli.commands["audit"].callback.__module__ == "dpreg_plugins.commands.audit"
 
 
 def test_audit_cli_ok_and_json(cli):

@@ -12,11 +12,11 @@ from dpreg.errors import BudgetExceededError
 from dpreg.interfaces import NoiseMechanism, Participation
 from dpreg.params import bind
 from dpreg.problem import Problem
-from dpreg_plugins.dp_spider import DPSpider, spider_plan
-from dpreg_plugins.losses import Logistic
-from dpreg_plugins.noise_gaussian import GaussianMechanism
-from dpreg_plugins.noise_tree import TreeMechanism
-from dpreg_plugins.spider_core import RecordingAccountant, SpiderEstimator, calibrate_noise, planned_event
+from dpreg_plugins.algorithms.dp_spider import DPSpider, spider_plan
+from dpreg_plugins.losses.linear import Logistic
+from dpreg_plugins.noise.gaussian import GaussianMechanism
+from dpreg_plugins.noise.tree import TreeMechanism
+from dpreg_plugins.algorithms.spider_core import RecordingAccountant, SpiderEstimator, calibrate_noise, planned_event
 
 from conftest import shared_file, unit_rows
 

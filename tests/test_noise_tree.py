@@ -12,8 +12,8 @@ from scipy import stats
 from dpreg.accounting import RdpAccountant, gaussian_event
 from dpreg.errors import BudgetExceededError
 from dpreg.interfaces import Participation
-from dpreg_plugins.noise_gaussian import GaussianMechanism
-from dpreg_plugins.noise_tree import TreeMechanism, tree_levels
+from dpreg_plugins.noise.gaussian import GaussianMechanism
+from dpreg_plugins.noise.tree import TreeMechanism, tree_levels
 
 
 def make(dim=4, z=1.0, horizon=16, eps=1e6, delta=1e-6, seed=0, relation="replace-one"):

@@ -150,7 +150,7 @@ def test_spent_epsilon_within_budget_parallel_composition(registry, algo_cls, lo
 def test_calibration_single_release_vs_tree_levels(registry, algo_cls, logistic_problem):
     """gaussian: one Gaussian release per record spends exactly eps; tree: the
     record's L = floor(log2 H)+1 node releases do, so z_tree > z_gauss."""
-    from dpreg_plugins.noise_tree import tree_levels
+    from dpreg_plugins.noise.tree import tree_levels
 
     algo, acc = _algo(algo_cls, logistic_problem, registry.get("noise", "gaussian"))
     r = algo.resolve()
@@ -185,8 +185,8 @@ def test_noise_scale_of_first_release(registry, algo_cls):
     the first release is pure noise: per-coordinate std z * 2C / b1."""
     from dpreg.pipeline import load_data
     from dpreg.problem import Problem
-    from dpreg_plugins.perturbed_sgd import AdaptiveSpiderOracle
-    from dpreg_plugins.spider_core import SpiderEstimator
+    from dpreg_plugins.algorithms.perturbed_sgd import AdaptiveSpiderOracle
+    from dpreg_plugins.algorithms.spider_core import SpiderEstimator
 
     X, y, _, _ = load_data("phase-retrieval:n=400,d=40", seed=0, labels="real")
     pb = Problem(registry.get("loss", "phase-retrieval"), X, y)

@@ -32,7 +32,7 @@ def test_builtins_registered_as_plugins():
 
 def test_duplicate_name_names_both_providers():
     def dpreg_register_losses(register):
-        from dpreg_plugins.losses import Logistic
+        from dpreg_plugins.losses.linear import Logistic
 
         register("logistic", Logistic(), summary="again")
 
@@ -40,7 +40,7 @@ def test_duplicate_name_names_both_providers():
         build_registry(extra_plugins=(_plugin("evil_plugin", dpreg_register_losses=dpreg_register_losses),),
                        autoload=False)
     msg = str(e.value)
-    assert "dpreg_plugins.losses" in msg and "evil_plugin" in msg and "'logistic'" in msg
+    assert "dpreg_plugins.losses.linear" in msg and "evil_plugin" in msg and "'logistic'" in msg
 
 
 def test_unknown_name_lists_valid_ones():
@@ -75,7 +75,7 @@ def test_registration_needs_summary_and_valid_name():
 
 def test_extra_plugin_registers_after_builtins():
     def dpreg_register_losses(register):
-        from dpreg_plugins.losses import Logistic
+        from dpreg_plugins.losses.linear import Logistic
 
         register("my-logistic", Logistic(), summary="copy")
 

@@ -14,8 +14,8 @@ from scipy import stats
 from dpreg.accounting import PldAccountant, RdpAccountant, pure_dp_event, self_composed
 from dpreg.errors import BudgetExceededError, ParameterError
 from dpreg.problem import Problem
-from dpreg_plugins.losses import LowySynthetic, Logistic
-from dpreg_plugins.selectors import (AboveThresholdSelector, ExponentialSelector, above_threshold_scan,
+from dpreg_plugins.losses.linear import LowySynthetic, Logistic
+from dpreg_plugins.selectors.private_selection import (AboveThresholdSelector, ExponentialSelector, above_threshold_scan,
                                      ball_net, default_phi_range, exponential_logits, gumbel_argmax,
                                      select_hyperparameters)
 

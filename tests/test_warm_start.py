@@ -12,9 +12,9 @@ from dpreg.interfaces import Algorithm, RunOutput
 from dpreg.params import bind
 from dpreg.pipeline import RunConfig, run_pipeline
 from dpreg.problem import Problem
-from dpreg_plugins.dp_gd import DPGD
-from dpreg_plugins.losses import LowySynthetic
-from dpreg_plugins.warm_start import WarmStart
+from dpreg_plugins.algorithms.dp_gd import DPGD
+from dpreg_plugins.losses.linear import LowySynthetic
+from dpreg_plugins.algorithms.warm_start import WarmStart
 
 from conftest import unit_rows
 
@@ -133,7 +133,7 @@ def test_warm_start_refuses_over_budget_and_bad_stages(rng, monkeypatch):
             self.accountant.charge(gaussian_event(1.5), label="greedy")  # eps ~ 3 alone
             raise AssertionError("released over budget")
 
-    import dpreg_plugins.warm_start as wsmod
+    import dpreg_plugins.algorithms.warm_start as wsmod
 
     real = wsmod._stage_cls
     monkeypatch.setattr(wsmod, "_stage_cls", lambda name: {"greedy": Greedy}.get(name) or real(name))

@@ -17,7 +17,7 @@ since the last O1 query) reaches ``kappa`` the oracle queries O1 (``minibatch``,
 per-record gradients clipped to C, batch b1) and starts a new sum; otherwise it
 adds O2 (per-record differences clipped to min(M|x_{t-1}-x_{t-2}|, 2C), batch
 b2; 2C bounds a difference of two C-bounded gradients).  The running sum is
-:class:`~dpreg_plugins.spider_core.SpiderEstimator`, released through the ``--noise`` mechanism, so
+:class:`~dpreg_plugins.algorithms.spider_core.SpiderEstimator`, released through the ``--noise`` mechanism, so
 ``gaussian`` gives exactly Alg 2 (noise z*sensitivity on every increment; z plays
 the role of sqrt(c log(1/delta))/eps) and ``tree`` releases the same prefix sums
 with binary-tree noise.  The only perturbation is the privacy noise already in
@@ -82,7 +82,7 @@ def theorem2_kappa(n: int, d: int, eps: float, G: float, M: float, rho: float, U
 # ----------------------------------------------------------------------- oracle
 class AdaptiveSpiderOracle:
     """Alg 2 (adaptive DP-SPIDER), single pass, over
-    :class:`~dpreg_plugins.spider_core.SpiderEstimator` (the shared SPIDER
+    :class:`~dpreg_plugins.algorithms.spider_core.SpiderEstimator` (the shared SPIDER
     running sum on any noise mechanism).
 
     ``query(x)`` returns the noisy estimate of grad F(x), or raises

@@ -159,7 +159,7 @@ class WarmStart(Algorithm):
         # ---- stage A
         w0 = self.init
         if warm == "exponential":
-            from .selectors import ExponentialSelector
+            from dpreg_plugins.selectors.private_selection import ExponentialSelector
 
             view = acc.view(eps1, delta1)
             sel = ExponentialSelector(pb, accountant=view, rng=self.rng("warm-start exponential"),
@@ -192,7 +192,7 @@ class WarmStart(Algorithm):
 
         # ---- reservation for the selection, then stage B
         if eps_sel > 0:
-            from .selectors import fit_pure_epsilon
+            from dpreg_plugins.selectors.private_selection import fit_pure_epsilon
 
             eps_sel = fit_pure_epsilon(acc, eps_sel)
             charge(acc, pure_dp_event(eps_sel), Participation.all(), label="above-threshold (reserved)")
@@ -223,7 +223,7 @@ class WarmStart(Algorithm):
 
         # ---- optional private SOSP selection among B's iterates
         if eps_sel > 0:
-            from .selectors import AboveThresholdSelector, above_threshold_scan
+            from dpreg_plugins.selectors.private_selection import AboveThresholdSelector, above_threshold_scan
 
             at = AboveThresholdSelector(pb, accountant=acc, rng=self.rng("warm-start above-threshold"),
                                         check=p["select_check"])

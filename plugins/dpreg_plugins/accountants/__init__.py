@@ -1,0 +1,1 @@
+"""Privacy accountants (hook ``dpreg_register_accountants``)."""

@@ -1,0 +1,1 @@
+"""Extra ``dpreg`` CLI commands (hook ``dpreg_register_commands``)."""

@@ -1,0 +1,1 @@
+"""Named data sources (hook ``dpreg_register_datasets``)."""
