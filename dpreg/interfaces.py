@@ -16,6 +16,31 @@ if TYPE_CHECKING:  # pragma: no cover
     from .problem import Problem
 
 
+# ---------------------------------------------------------------------- randomness
+def secret_seed(seed: int | None = None) -> int:
+    """The root seed of a run's mechanism randomness (privacy rule 4).
+
+    ``None`` (the default everywhere): 128 bits from the operating system's
+    entropy source (``secrets``), so every noise draw, sample, permutation and
+    perturbation is unpredictable to anyone who reads the code, the record or
+    the command line.  An integer ``seed >= 0`` is the reproducible research
+    mode: the guarantee then holds only while that seed stays secret.
+    """
+    if seed is None:
+        import secrets
+
+        return secrets.randbits(128)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 or None, got {seed!r}")
+    return int(seed)
+
+
+def derive_seed(ss: np.random.SeedSequence) -> int:
+    """A 128-bit integer seed drawn from a SeedSequence (for sub-runs)."""
+    w = [int(x) for x in ss.generate_state(4)]
+    return w[0] | (w[1] << 32) | (w[2] << 64) | (w[3] << 96)
+
+
 # ----------------------------------------------------------------------------- loss
 class LinearModelLoss:
     """Per-sample loss ``f(w; x, y) = phi(<x, w>, y) + psi(w)``.
@@ -287,23 +312,36 @@ class Algorithm(ABC):
         return w
 
     def __init__(self, problem: "Problem", params: dict[str, Any], *, noise: type[NoiseMechanism] | None,
-                 accountant: "Accountant", seed: int, progress: Callable[[int, int], None] | None = None):
+                 accountant: "Accountant", seed: int | None = None,
+                 progress: Callable[[int, int], None] | None = None):
         self.problem = problem
         self.p = dict(params)
         self.noise = noise
         self.accountant = accountant
-        self.seed = int(seed)
+        #: the run's secret root seed (privacy rule 4): 128 bits of OS entropy
+        #: unless a research seed was given.  Never written or printed.
+        self.seed = secret_seed(seed)
+        #: whether the randomness is reproducible from a user-given seed
+        self.seeded = seed is not None
         self.progress = progress or (lambda step, total: None)
 
     def seed_sequence(self, stream: str) -> np.random.SeedSequence:
-        """The SeedSequence of a named stream, derived from the run seed (the same
-        stream name always gives the same numbers for the same seed); for
-        components that seed themselves, such as noise mechanisms."""
+        """The SeedSequence of a named stream, derived from the run's secret
+        root seed (the same stream name always gives the same numbers for the
+        same seed); for components that seed themselves, such as noise
+        mechanisms.  Every mechanism draw (noise, sampling, permutation,
+        perturbation, selector noise) comes from such a stream."""
         return np.random.SeedSequence([self.seed] + [ord(c) for c in stream])
 
     def rng(self, stream: str) -> np.random.Generator:
         """A Generator for a named stream (see :meth:`seed_sequence`)."""
         return np.random.default_rng(self.seed_sequence(stream))
+
+    def child_seed(self, stream: str) -> int:
+        """A 128-bit seed for a sub-run (a stage of a composite algorithm),
+        derived from the secret root seed: as secret as it, and never short
+        enough to brute-force."""
+        return derive_seed(self.seed_sequence(stream))
 
     @abstractmethod
     def run(self) -> RunOutput: ...

@@ -241,7 +241,7 @@ class PerturbedSGD(Algorithm):
         access = SinglePass(pb.n, self.rng("perturbed-sgd batches"))
         est = SpiderEstimator(pb, self.noise, noise_multiplier=r["noise_multiplier"],
                               horizon=r["horizon"], accountant=self.accountant,
-                              seed=np.random.SeedSequence([self.seed, 0x95D]), clip=r["clip"],
+                              seed=self.seed_sequence("perturbed-sgd noise"), clip=r["clip"],
                               smoothness=r["diff_clip"], diff_cap=2 * r["clip"])
         oracle = AdaptiveSpiderOracle(est, access, b1=r["batch1"], b2=r["batch2"], kappa=r["kappa"],
                                       max_phase=r["horizon"])

@@ -119,7 +119,7 @@ class WarmStart(Algorithm):
         rels = {c.relation for c in cls._stages(params)}
         return rels.pop() if len(rels) == 1 else "replace-one"
 
-    def _run_stage(self, name: str, raw: str, accountant, seed: int, init, offset: int):
+    def _run_stage(self, name: str, raw: str, accountant, seed: int | None, init, offset: int):
         cls = _stage_cls(name)
         params = bind(cls.params, _sub_params(raw), f"stage {name!r} of warm-start")
         if cls.relation == "replace-one" and accountant.relation == "add-remove":
@@ -150,7 +150,6 @@ class WarmStart(Algorithm):
             raise ParameterError("select=above-threshold needs alpha")
         if eps1 + eps_sel >= eps and warm != "none" and then != "none":
             raise ParameterError("warm_fraction + select_fraction must leave budget for stage B")
-        seeds = np.random.SeedSequence([self.seed, 0x3A53]).generate_state(4)
         info: dict = {"warm": warm, "then": then, "split": p["split"]}
         traj = Trajectory(1)
         traj.steps, traj.iterates = [], []
@@ -174,7 +173,7 @@ class WarmStart(Algorithm):
             evals += pb.n * len(net)
         elif warm != "none":
             view = acc.view(eps1, delta1)
-            outA = self._run_stage(warm, p["warm_params"], view, int(seeds[0]), self.init, 0)
+            outA = self._run_stage(warm, p["warm_params"], view, self.child_seed("warm-start stage A"), self.init, 0)
             w0 = np.asarray(outA.w, dtype=float)
             ta = outA.info.pop("trajectory", None)
             if ta is not None:
@@ -203,7 +202,7 @@ class WarmStart(Algorithm):
                 accB = acc.view(eps - eps1 - eps_sel, delta - delta1)
             else:
                 accB = acc
-            outB = self._run_stage(then, p["then_params"], accB, int(seeds[1]), w0, 50)
+            outB = self._run_stage(then, p["then_params"], accB, self.child_seed("warm-start stage B"), w0, 50)
             w = np.asarray(outB.w, dtype=float)
             tb = outB.info.pop("trajectory", None)
             if tb is not None:

@@ -328,7 +328,7 @@ class AboveThresholdSelector(Selector):
 
 # --------------------------------------------------- hyper-parameter selection
 def select_hyperparameters(problem, algorithm, grid: Sequence[dict], *, accountant, epsilon_each: float,
-                           delta_each: float, epsilon_select: float, seed: int = 0,
+                           delta_each: float, epsilon_select: float, seed: int | None = None,
                            lo: float | None = None, hi: float | None = None, noise=None) -> dict:
     """Private hyper-parameter selection: run ``algorithm`` (a registered name or
     class) once per parameter dict of ``grid``, each in a budget view of
@@ -337,7 +337,8 @@ def select_hyperparameters(problem, algorithm, grid: Sequence[dict], *, accounta
 
     Everything is charged to ``accountant``, which composes the runs and the
     selection: the selection's pure event is charged *first* (reserving it), so
-    the runs cannot spend it.  Returns ``{"index", "params", "w", "outputs"}``.
+    the runs cannot spend it.  ``seed``: None (OS entropy, the default) or a
+    research seed that must stay secret.  Returns ``{"index", "params", "w", "outputs"}``.
     """
     from dpreg.params import bind
     from dpreg.registry import get_registry
@@ -346,9 +347,12 @@ def select_hyperparameters(problem, algorithm, grid: Sequence[dict], *, accounta
     if not grid:
         raise ParameterError("hyper-parameter grid is empty")
     bound = [bind(algo_cls.params, dict(g), f"algorithm {algo_cls.name!r}") for g in grid]
-    ss = np.random.SeedSequence([int(seed), 0x5E1EC7])
+    from dpreg.interfaces import derive_seed, secret_seed
+
+    # secret by default (privacy rule 4); each run gets a 128-bit child seed
+    ss = np.random.SeedSequence([secret_seed(seed), 0x5E1EC7])
     sel_rng, *run_seeds = [np.random.default_rng(s) for s in ss.spawn(1)] + \
-        [int(s.generate_state(1)[0]) for s in ss.spawn(len(bound))]
+        [derive_seed(s) for s in ss.spawn(len(bound))]
     selector = ExponentialSelector(problem, accountant=accountant, rng=sel_rng, lo=lo, hi=hi)
     epsilon_select = fit_pure_epsilon(accountant, epsilon_select)
     charge(accountant, pure_dp_event(epsilon_select), Participation.all(),
