@@ -57,13 +57,13 @@ def test_e2e_ijcnn1(benchmark, algo):
     benchmark.pedantic(guarded, rounds=1, iterations=1)  # kernels come from numba's cache
     if "skip" in rec:
         pytest.skip(f"{algo} does not run with sigmoid-l2 on IJCNN1: {rec['skip']}")
-    t = rec["timing"]
+    t = rec["diagnostics"]["timing"]
     benchmark.extra_info.update({
-        "kind": "e2e", "algo": algo, "noise": rec["config"].get("noise"), "data_s": t["data_s"],
+        "kind": "e2e", "algo": algo, "noise": rec["release"]["config"].get("noise"), "data_s": t["data_s"],
         "compile_s": t["compile_s"], "run_s": t["run_s"], "eval_s": t["eval_s"], "threads": t["threads"],
-        "grad_evals": rec["usage"]["gradient_evaluations"],
+        "grad_evals": rec["diagnostics"]["usage"]["gradient_evaluations"],
     })
-    assert rec["privacy"]["epsilon_spent"] <= 1.0 + 1e-9
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 + 1e-9
 
 
 # ------------------------------------------------------------------ memory

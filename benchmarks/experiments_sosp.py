@@ -119,16 +119,16 @@ def run_one(data: str, loss: str, algo: str, noise: str | None, eps: float, seed
     except DpregError as exc:  # a refused configuration is a result too
         row.update(error=str(exc), wall_s=time.perf_counter() - t0)
         return row
-    m = rec["metrics"]
+    m = rec["diagnostics"]["metrics"]
     row.update(
-        n=rec["problem"]["n"], d=rec["problem"]["d"], delta=rec["config"]["delta"],
-        eps_spent=rec["privacy"]["epsilon_spent"],
+        n=rec["diagnostics"]["problem"]["n"], d=rec["diagnostics"]["problem"]["d"], delta=rec["release"]["config"]["delta"],
+        eps_spent=rec["diagnostics"]["privacy"]["epsilon_spent"],
         grad_norm=m["train_grad_norm"], lambda_min=m["train_lambda_min"], train_loss=m["train_loss"],
         test_accuracy=m.get("test_accuracy"), train_accuracy=m.get("train_accuracy"),
-        records_used=rec["usage"]["records_used"], grad_evals=rec["usage"]["gradient_evaluations"],
-        iterations=rec["usage"]["iterations"], run_s=rec["timing"]["run_s"],
+        records_used=rec["diagnostics"]["usage"]["records_used"], grad_evals=rec["diagnostics"]["usage"]["gradient_evaluations"],
+        iterations=rec["diagnostics"]["usage"]["iterations"], run_s=rec["diagnostics"]["timing"]["run_s"],
         wall_s=time.perf_counter() - t0,
-        info={k: v for k, v in rec["run_info"].items()
+        info={k: v for k, v in rec["diagnostics"]["run_info"].items()
               if isinstance(v, (int, float, str, bool)) and k in
               ("noise_multiplier", "certified", "escape_tests", "escapes", "o1_queries", "o2_queries",
                "batch1", "batch2", "batch", "steps", "alpha", "stop_reason", "phases")},

@@ -59,7 +59,9 @@ def cli():
     """Differentially private non-convex optimization.
 
     \b
-    dpreg run                       adaptive-spider + tree noise on breast-cancer
+    dpreg run                       adaptive-spider + tree noise on adult (shipped)
+    dpreg predict RECORD --data F   predictions of a released model
+    dpreg privacy RECORD            the run's privacy statement in plain words
     dpreg list [KIND] [--json]      registered plugins
     dpreg info NAME                 parameters and their paper formulas
     dpreg audit --algo NAME         empirical privacy audit (epsilon lower bound)
@@ -70,14 +72,32 @@ def cli():
 @click.option("--algo", default=None, help="algorithm name (dpreg list algorithm) [default: adaptive-spider]")
 @click.option("--noise", default=None, help="noise mechanism for the running sum (dpreg list noise) [default: tree]")
 @click.option("--loss", default=None, help="loss name [default: logistic]")
-@click.option("--data", default=None, help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz) [default: breast-cancer]")
+@click.option("--data", default=None, help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz) [default: adult]")
 @click.option("--test-data", default=None, help="held-out data-set name or file")
-@click.option("--test-fraction", type=float, default=None, help="hold out this fraction (seeded split)")
+@click.option("--test-fraction", type=float, default=None, help="hold out this fraction (split by --split-seed)")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="privacy budget epsilon > 0")
-@click.option("--delta", type=float, default=None, help="privacy budget delta in (0,1) [default: 1/n]")
+@click.option("--delta", type=float, default=None, help="privacy budget delta in (0,1) [default: min(1e-5, 1/(10 n))]")
 @click.option("--accountant", default="rdp", show_default=True, help="accountant name")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="algorithm parameter (repeatable; see dpreg info ALGO)")
-@click.option("--seed", type=int, default=0, show_default=True, help="seed of every random draw")
+@click.option("--seed", type=int, default=None,
+              help="research mode: reproducible noise from this seed (the guarantee then holds only while "
+                   "it stays secret) [default: secret OS entropy]")
+@click.option("--split-seed", type=int, default=0, show_default=True,
+              help="seed of public randomness: --test-fraction split, synthetic data")
+@click.option("--features", type=int, default=None, help="public number of features d (svmlight) [default: declared by the data set, else inferred]")
+@click.option("--zero-based/--one-based", "zero_based", default=None,
+              help="public svmlight index base [default: declared by the data set, else inferred]")
+@click.option("--labels", default=None, metavar="NEG,POS",
+              help="public raw label values of the negative and positive class [default: fixed maps for -1/+1 "
+                   "and 0/1, else inferred]")
+@click.option("--intercept/--no-intercept", default=None, help="fit an intercept [default: on for classifiers]")
+@click.option("--scaling", type=click.Choice(["auto", "none", "bounds", "private"]), default="auto", show_default=True,
+              help="per-feature scaling: auto (the data set's declared public bounds, if any), public --bounds, "
+                   "or private (spends --scaling-share of epsilon)")
+@click.option("--bounds", type=click.Path(dir_okay=False), default=None,
+              help="CSV of public per-feature bounds (2 rows lower/upper, or d rows lower,upper)")
+@click.option("--scaling-share", type=float, default=0.1, show_default=True,
+              help="share of epsilon for --scaling private")
 @click.option("--alpha", type=float, default=None, help="report whether the output is an alpha-SOSP")
 @click.option("--select", default=None, help="privately pick the output among the run's iterates with this "
               "selector (above-threshold: first alpha-SOSP; exponential: low loss)")
@@ -85,10 +105,13 @@ def cli():
               help="share of epsilon spent on --select (charged before the run)")
 @click.option("--out", type=click.Path(dir_okay=False), default="run.json", show_default=True,
               help="write the JSON record here ('none': do not write one)")
+@click.option("--no-diagnostics", "no_diagnostics", is_flag=True,
+              help="compute no diagnostics: the record is the release alone (safe to publish)")
 @click.option("--json", "as_json", is_flag=True, help="print the whole JSON record on stdout")
 @user_errors
-def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, seed,
-        alpha, select, select_share, out, as_json):
+def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, seed, split_seed,
+        features, zero_based, labels, intercept, scaling, bounds, scaling_share, alpha, select, select_share, out,
+        no_diagnostics, as_json):
     """Run one private optimization and report privacy spent and metrics."""
     from .pipeline import DEFAULTS, RunConfig, run_pipeline
     from .results import to_json
@@ -96,10 +119,16 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
     if out is not None and out.strip().lower() in ("none", ""):
         out = None
 
+    def warn(msg):
+        click.echo(f"warning: {msg}", err=True)
+
     cfg = RunConfig(algo=algo or DEFAULTS["algo"], noise=noise, loss=loss or DEFAULTS["loss"],
                     data=data or DEFAULTS["data"], test_data=test_data, test_fraction=test_fraction,
                     epsilon=epsilon, delta=delta, accountant=accountant, params=list(params),
-                    seed=seed, alpha=alpha, select=select, select_share=select_share, out=out)
+                    seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
+                    intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share,
+                    alpha=alpha, select=select, select_share=select_share, out=out,
+                    diagnostics=not no_diagnostics, warn=warn)
     progress_cm = _progress(cfg.algo)
     with progress_cm as cb:
         cfg.progress = cb
@@ -143,36 +172,98 @@ def _progress(label):
     return _RichProgress(label) if sys.stderr.isatty() else _NoProgress()
 
 
+def _fmt(v, spec=".4g"):
+    return "-" if v is None else format(v, spec)
+
+
 def _summary(rec, out):
-    c, pr, m, u, t = rec["config"], rec["privacy"], rec["metrics"], rec["usage"], rec["timing"]
-    click.echo(f"{rec['algorithm']['name']} (noise {c['noise'] or '-'}) on {c['data']}: "
-               f"n={rec['problem']['n']} d={rec['problem']['d']} loss={rec['problem']['loss']}")
-    click.echo(f"privacy   epsilon={pr['epsilon_spent']:.4g} of {pr['epsilon_budget']:g}  "
-               f"delta={pr['delta']:.3g}  ({pr['accountant']}, {pr['relation']})")
-    line = f"train     |grad|={m['train_grad_norm']:.4g}  loss={m['train_loss']:.4g}  lambda_min={m['train_lambda_min']:.4g}"
-    if "train_accuracy" in m:
-        line += f"  accuracy={m['train_accuracy']:.4f}"
-    click.echo(line)
-    if "test_grad_norm" in m:
-        line = f"test      |grad|={m['test_grad_norm']:.4g}  loss={m['test_loss']:.4g}"
-        if "test_accuracy" in m:
-            line += f"  accuracy={m['test_accuracy']:.4f}"
+    rel = rec["release"]
+    c, pr, mo = rel["config"], rel["privacy"], rel["model"]
+    click.echo(f"{c['algo']} (noise {c['noise'] or '-'}) on {c['data']}: n={pr['n']} "
+               f"features={mo['n_features']} loss={c['loss']}")
+    click.echo("release (safe to publish)")
+    click.echo(f"  privacy   epsilon={pr['epsilon']:.4g} of {pr['epsilon_budget']:g}  delta={pr['delta']:.3g}  "
+               f"({pr['accountant']}; {pr['relation']}; randomness {pr['randomness']})")
+    click.echo(f"  model     {len(mo['weights'])} weights, intercept {mo['intercept']:.4g}")
+    diag = rec.get("diagnostics")
+    if diag is None:
+        click.echo("diagnostics: not computed (--no-diagnostics)")
+    else:
+        m, b, u, t = diag["metrics"], diag["baselines"], diag["usage"], diag["timing"]
+        click.echo("diagnostics (NOT private: computed on the raw data; do not publish)")
+        line = f"  train     |grad|={m['train_grad_norm']:.4g}  loss={m['train_loss']:.4g}  " \
+               f"lambda_min={_fmt(m.get('train_lambda_min'))}"
+        if "train_accuracy" in m:
+            line += f"  accuracy={m['train_accuracy']:.4f}"
         click.echo(line)
-    if "train_is_alpha_sosp" in m:
-        click.echo(f"alpha-SOSP (alpha={c['alpha']:g}): {m['train_is_alpha_sosp']}")
-    sel = rec.get("selection")
-    if sel:
-        if sel["fallback_to_last"]:
-            what = "no candidate passed; output = the final iterate"
-        else:
-            step = sel["steps"][sel["index"]] if sel.get("steps") else None
-            what = f"candidate {sel['index']} of {sel['candidates']}" + (f" (step {step})" if step is not None else "")
-        click.echo(f"selection {sel['selector']} (epsilon {sel['epsilon']:.3g} of the budget): {what}")
-    click.echo(f"usage     iterations={u['iterations']} records_used={u['records_used']} "
-               f"gradient_evaluations={u['gradient_evaluations']}")
-    click.echo(f"time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")
+        if "test_grad_norm" in m:
+            line = f"  test      |grad|={m['test_grad_norm']:.4g}  loss={m['test_loss']:.4g}"
+            if "test_accuracy" in m:
+                line += f"  accuracy={m['test_accuracy']:.4f}"
+            click.echo(line)
+        ref = f"  compare   loss at w=0 {b['train_loss_at_zero']:.4g}"
+        if "nonprivate_train_loss" in b:
+            ref += f"; non-private optimum loss {b['nonprivate_train_loss']:.4g}"
+        if "test_majority_rate" in b:
+            ref += f"; test majority class {b['test_majority_rate']:.4f}"
+        elif "train_majority_rate" in b:
+            ref += f"; train majority class {b['train_majority_rate']:.4f}"
+        if "nonprivate_test_accuracy" in b:
+            ref += f", non-private test accuracy {b['nonprivate_test_accuracy']:.4f}"
+        click.echo(ref)
+        if "train_is_alpha_sosp" in m:
+            click.echo(f"  alpha-SOSP (alpha={c['alpha']:g}): {m['train_is_alpha_sosp']}")
+        sel = diag.get("selection")
+        if sel:
+            if sel["fallback_to_last"]:
+                what = "no candidate passed; output = the final iterate"
+            else:
+                step = sel["steps"][sel["index"]] if sel.get("steps") else None
+                what = f"candidate {sel['index']} of {sel['candidates']}" + (f" (step {step})" if step is not None else "")
+            click.echo(f"  selection {sel['selector']} (epsilon {sel['epsilon']:.3g} of the budget): {what}")
+        click.echo(f"  usage     iterations={u['iterations']} records_used={u['records_used']} "
+                   f"gradient_evaluations={u['gradient_evaluations']}")
+        click.echo(f"  time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")
     if out:
         click.echo(f"record    {out}")
+
+
+@cli.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("--data", required=True, help="records to predict: a file (.svm/.csv/.npz) or a data-set name")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="write CSV 'prediction,margin' here [default: print to stdout]")
+@user_errors
+def predict(model, data, out):
+    """Predict with a released model (a dpreg run record) on new records."""
+    from .data import Schema
+    from .model import load_model, write_predictions
+    from .pipeline import load_data
+    from .results import check_writable
+
+    mdl = load_model(model)
+    if out is not None:
+        check_writable(out)
+    loaded = load_data(data, schema=Schema(mdl.n_features, mdl.zero_based), split_seed=0)
+    margins = mdl.decision_function(loaded.X)
+    labels = mdl.predict(loaded.X) if mdl.classifier else margins
+    if out is None:
+        click.echo("prediction,margin")
+        for a, m in zip(labels, margins):
+            click.echo(f"{a:g},{m:.17g}")
+    else:
+        write_predictions(out, labels, margins)
+        click.echo(f"{len(labels)} predictions written to {out}", err=True)
+
+
+@cli.command()
+@click.argument("record", type=click.Path(dir_okay=False))
+@user_errors
+def privacy(record):
+    """Print a run's privacy statement in plain words."""
+    from .privacy_statement import load_statement, render
+
+    click.echo(render(load_statement(record)))
 
 
 @cli.command("list")

@@ -6,6 +6,15 @@ into the unit ball, ``x <- x / max(1, |x|)``: nothing about the data set as a
 whole is read to set a bound (privacy rule 5), so the declared loss constants
 hold for every record.
 
+The *schema* - the number of features d, the svmlight index base and the
+label map - is public input (privacy rule 5): read off the data, one replaced
+record could change len(w), shift every column or flip every label.  A
+:class:`Schema` declares it (``dpreg run --features D --zero-based/--one-based
+--labels NEG,POS``; built-in data sets declare their own).  Labels already in
+{-1,+1} or {0,1} use those fixed maps.  Whatever is left to inference is named
+in the loader's ``inferred`` list, which the pipeline reports (a one-line
+warning and a diagnostics entry).
+
 File formats, chosen by extension:
   .svm .svmlight .libsvm .txt .t .trn .tst .scale (optionally .bz2/.gz/.xz):
        svmlight/libsvm text, read by scikit-learn
@@ -27,12 +36,80 @@ SVM_EXT = (".svm", ".svmlight", ".libsvm", ".txt", ".t", ".trn", ".tst", ".scale
 COMPRESSED = (".bz2", ".gz", ".xz")
 
 
+@dataclass(frozen=True)
+class Schema:
+    """Public layout of a data set (never read off the data unless left None).
+
+    n_features: number of feature columns d (svmlight: indices must be < d)
+    zero_based: svmlight feature indices start at 0 (True) or 1 (False)
+    labels:     (negative, positive) raw label values of a binary task
+    """
+
+    n_features: int | None = None
+    zero_based: bool | None = None
+    labels: tuple[float, float] | None = None
+
+    def merged(self, other: "Schema") -> "Schema":
+        """This schema with the fields it leaves None taken from ``other``."""
+        return Schema(self.n_features if self.n_features is not None else other.n_features,
+                      self.zero_based if self.zero_based is not None else other.zero_based,
+                      self.labels if self.labels is not None else other.labels)
+
+
+@dataclass(frozen=True)
+class LabelMap:
+    """Raw label values -> {-1, +1}.  ``source`` says where the map came from:
+    "declared" (public input), "fixed" ({-1,+1} or {0,1}: a documented map that
+    depends on no record) or "inferred" (the two values seen in the training
+    data; reported as such)."""
+
+    negative: float
+    positive: float
+    source: str
+
+    @staticmethod
+    def for_training(y: np.ndarray, declared: tuple[float, float] | None, where: str) -> "LabelMap":
+        """The map for a training set; DataError when it cannot be binary."""
+        if declared is not None:
+            neg, pos = (float(v) for v in declared)
+            if neg == pos:
+                raise DataError(f"{where}: the two declared labels must differ, got {neg:g},{pos:g}")
+            return LabelMap(neg, pos, "declared")
+        vals = np.unique(y)
+        if len(vals) == 1:
+            raise DataError(f"{where}: labels have one class only ({vals[0]:g}); need two")
+        if len(vals) == 2 and set(vals.tolist()) <= {-1.0, 1.0}:
+            return LabelMap(-1.0, 1.0, "fixed")
+        if len(vals) == 2 and set(vals.tolist()) <= {0.0, 1.0}:
+            return LabelMap(0.0, 1.0, "fixed")
+        if len(vals) != 2:
+            shown = ", ".join(f"{v:g}" for v in vals[:5]) + (", ..." if len(vals) > 5 else "")
+            raise DataError(f"{where}: labels are not binary ({len(vals)} distinct values: {shown})")
+        return LabelMap(float(vals[0]), float(vals[1]), "inferred")
+
+    def apply(self, y: np.ndarray, where: str) -> np.ndarray:
+        """Map raw labels to -1/+1; a label outside the map is a DataError."""
+        neg = y == self.negative
+        pos = y == self.positive
+        bad = ~(neg | pos)
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            raise DataError(f"{where}: label {y[r]:g} at record {r + 1} is neither of the two classes "
+                            f"{self.negative:g} (negative) and {self.positive:g} (positive)")
+        return np.where(pos, 1.0, -1.0)
+
+    def as_dict(self) -> dict:
+        return {"negative": self.negative, "positive": self.positive, "source": self.source}
+
+
 @dataclass
 class DatasetSource:
     """A named data source (registered with ``dpreg_register_datasets``).
 
     ``load(seed)`` returns ``(X, y)`` for training; ``load_test(seed)`` returns
-    a held-out set or None.  Synthetic sources use ``seed``; files ignore it.
+    a held-out set or None.  Synthetic sources use ``seed`` (public randomness:
+    the pipeline passes ``--split-seed``, never the mechanisms' secret seed);
+    files ignore it.  ``schema`` declares the public layout.
     """
 
     load: Callable[[int], tuple[np.ndarray, np.ndarray]]
@@ -40,6 +117,11 @@ class DatasetSource:
     load_test: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None
     #: label kind the source produces ("binary" or "real")
     labels: str = "binary"
+    #: public layout: the source's own data never needs inference
+    schema: Schema = Schema()
+    #: public per-feature (lower, upper) bounds the source declares (used by
+    #: ``--scaling auto``, the default), or None
+    bounds: tuple[list[float], list[float]] | None = None
 
 
 def _strip_compression(path: str) -> str:
@@ -50,21 +132,26 @@ def _strip_compression(path: str) -> str:
     return low
 
 
-def load_file(path: str, n_features: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Load ``path`` by its extension (see module docstring); DataError on any problem."""
+def load_file(path: str, schema: Schema = Schema()) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Load ``path`` by its extension (see module docstring); DataError on any
+    problem.  Returns ``(X, y, inferred)``: ``inferred`` maps each schema item
+    that was read off the data because ``schema`` left it None ("n_features",
+    "zero_based") to the value found (empty for CSV and .npz, whose columns are
+    explicit)."""
     if not os.path.exists(path):
         raise DataError(f"data file not found: {path}")
     if os.path.isdir(path):
         raise DataError(f"data path is a directory, not a file: {path}")
     base = _strip_compression(path)
+    n_features = schema.n_features
     try:
         if base.endswith(".npz") or base.endswith(".csv"):
             X, y = _load_npz(path) if base.endswith(".npz") else _load_csv(path)
             if n_features and X.ndim == 2 and X.shape[1] != n_features:  # columns are explicit here
-                raise DataError(f"{path}: {X.shape[1]} features, but the training data has {n_features}")
-            return X, y
+                raise DataError(f"{path}: {X.shape[1]} features, but {n_features} are expected")
+            return X, y, {}
         if base.endswith(SVM_EXT) or "." not in os.path.basename(base):
-            return _load_svmlight(path, n_features)
+            return _load_svmlight(path, n_features, schema.zero_based)
     except DataError:
         raise
     except (ValueError, OSError, EOFError, KeyError, IndexError, UnicodeDecodeError) as exc:
@@ -76,20 +163,37 @@ def load_file(path: str, n_features: int | None = None) -> tuple[np.ndarray, np.
     )
 
 
-def _load_svmlight(path, n_features):
+def _load_svmlight(path, n_features: int | None, zero_based: bool | None):
+    """svmlight/libsvm text with a public schema: indices read as written
+    (0-based), then shifted when the file is declared (or, left None, found)
+    one-based; d declared or, left None, the largest index."""
     from sklearn.datasets import load_svmlight_file
 
-    kw = {"n_features": n_features} if n_features else {}
     try:
-        X, y = load_svmlight_file(path, zero_based="auto", **kw)
+        X, y = load_svmlight_file(path, zero_based=True)
     except ValueError as exc:
-        msg = str(exc).splitlines()[0]
-        if n_features and "n_features" in msg:
-            raise DataError(f"{path} has more features than the training data ({n_features})") from None
-        raise DataError(f"cannot parse svmlight file {path}: {msg}") from None
+        raise DataError(f"cannot parse svmlight file {path}: {str(exc).splitlines()[0]}") from None
     if X.shape[0] == 0:
         raise DataError(f"{path} contains no records")
-    return np.asarray(X.todense(), dtype=np.float64), np.asarray(y, dtype=np.float64)
+    inferred: dict = {}
+    X.eliminate_zeros()  # explicit "j:0" entries (used to declare d) are no data
+    col0 = bool(np.any(X.indices == 0))
+    if zero_based is None:
+        zero_based = inferred["zero_based"] = col0
+    elif not zero_based and col0:
+        raise DataError(f"{path} has feature index 0, but the file was declared one-based")
+    X = X.tocsr()
+    if not zero_based:
+        X = X[:, 1:]
+    width = X.shape[1]
+    if n_features is None:
+        n_features = inferred["n_features"] = width
+    elif width > n_features:
+        top = int(X.indices.max()) + (0 if zero_based else 1)
+        raise DataError(f"{path} has feature index {top}, beyond the declared {n_features} features")
+    dense = np.zeros((X.shape[0], n_features))
+    dense[:, :width] = X.toarray() if width else 0.0
+    return dense, np.asarray(y, dtype=np.float64), inferred
 
 
 def _open_text(path):
@@ -156,32 +260,22 @@ def _load_npz(path):
         return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
 
-def binary_labels(y: np.ndarray, where: str) -> np.ndarray:
-    """Map two distinct label values to -1 (smaller) and +1 (larger); DataError otherwise.
-
-    Pass ``classes`` fixed by the training set for test data via
-    :func:`binary_labels_like`.
-    """
-    vals = np.unique(y)
-    if len(vals) == 1:
-        raise DataError(f"{where}: labels have one class only ({vals[0]:g}); need two")
-    if len(vals) != 2:
-        shown = ", ".join(f"{v:g}" for v in vals[:5]) + (", ..." if len(vals) > 5 else "")
-        raise DataError(f"{where}: labels are not binary ({len(vals)} distinct values: {shown})")
-    return np.where(y == vals[1], 1.0, -1.0)
-
-
 #: rows per block in :func:`prepare` (bounds its temporaries to a few MB)
 _PREP_ROWS = 8192
 
 
 def prepare(X, y, *, labels: str, where: str, d: int | None = None,
-            copy: bool = True) -> tuple[np.ndarray, np.ndarray]:
+            copy: bool = True, label_map: LabelMap | None = None,
+            min_rows: int = 2, scale_rows: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Validate and preprocess one data set (see module docstring).
 
-    ``labels``: "binary" -> y mapped to +-1 (DataError unless exactly two
-    values... a test set may hold one class if ``d`` is given), "real" -> kept,
+    ``labels``: "binary" -> y mapped to +-1 through ``label_map`` (default:
+    :meth:`LabelMap.for_training` with nothing declared; test data pass the
+    training map, and a label outside it is a DataError), "real" -> kept,
     "ignored" -> zeros.  ``d``: required number of features (test data).
+    ``min_rows``: fewest records accepted (2 for training; 1 for prediction).
+    ``scale_rows=False`` validates and maps labels only (the pipeline scales
+    rows later, after the model's feature map: :mod:`dpreg.preprocess`).
     ``copy=False`` lets it scale a float64 C-contiguous ``X`` in place (the
     pipeline passes arrays it owns): no (n x d) temporary is ever made, rows
     are checked and scaled in blocks of ``_PREP_ROWS``.
@@ -196,8 +290,8 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
         raise DataError(f"{where}: labels must be 1-D, got shape {y.shape}")
     if X.shape[0] != y.shape[0]:
         raise DataError(f"{where}: {X.shape[0]} feature rows but {y.shape[0]} labels")
-    if X.shape[0] < 2:
-        raise DataError(f"{where}: need at least 2 records, got {X.shape[0]}")
+    if X.shape[0] < min_rows:
+        raise DataError(f"{where}: need at least {min_rows} records, got {X.shape[0]}")
     if X.shape[1] < 1:
         raise DataError(f"{where}: no feature columns")
     if d is not None and X.shape[1] != d:
@@ -217,15 +311,11 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
         r = int(np.flatnonzero(~np.isfinite(y))[0])
         raise DataError(f"{where}: non-finite label {y[r]} at record {r + 1}")
     if labels == "binary":
-        if d is not None and len(np.unique(y)) == 1:
-            v = np.unique(y)[0]
-            if v not in (-1.0, 1.0):
-                raise DataError(f"{where}: a one-class test set must use labels -1/+1, got {v:g}")
-            y = y.copy()
-        else:
-            y = binary_labels(y, where)
+        y = (label_map or LabelMap.for_training(y, None, where)).apply(y, where)
     elif labels == "ignored":
         y = np.zeros_like(y)
+    if not scale_rows:
+        return X, np.ascontiguousarray(y)
     # record-wise scaling into the unit ball; overflow-safe norm; block by block
     in_place = (owned or not copy) and X.flags.c_contiguous and X.flags.writeable
     out = X if in_place else np.empty(X.shape, dtype=np.float64)
@@ -240,7 +330,9 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
 
 
 def split(X, y, fraction: float, seed: int):
-    """Seeded random split: (X_train, y_train, X_test, y_test)."""
+    """Seeded random split: (X_train, y_train, X_test, y_test).  ``seed`` is
+    public (``--split-seed``): which records are held out is not a mechanism
+    secret."""
     if not 0 < fraction < 1:
         raise DataError(f"test fraction must be in (0, 1), got {fraction}")
     n = X.shape[0]

@@ -3,15 +3,28 @@
 :func:`run_pipeline` is the one path from a :class:`RunConfig` to a JSON
 record: it validates everything a user can get wrong *before* any private
 computation (names, budget, parameters, data, output path), builds the
-problem, the accountant and the algorithm through the registry, runs it,
-evaluates the result after the run, and writes the record atomically.
+problem, the accountant and the algorithm through the registry, runs it, and
+writes a record in two parts:
+
+* ``release`` - the model (weights, intercept, label map, preprocessing to
+  repeat), the privacy statement (epsilon, delta, relation, accountant,
+  mechanisms, randomness mode) and the public configuration: safe to publish;
+* ``diagnostics`` - everything computed on the raw data after the run
+  (metrics, baselines, trajectory, usage, clip counts, timings, what of the
+  schema was inferred), labelled non-private.  ``diagnostics=False`` writes
+  the release alone (and computes none of it).
+
+Randomness (privacy rule 4): the mechanisms' root seed is secret - OS entropy
+unless ``seed`` is given (research mode, flagged in the release).  Public
+randomness (the ``test_fraction`` split, synthetic data) uses ``split_seed``.
 """
 from __future__ import annotations
 
 import inspect
+import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
@@ -21,35 +34,71 @@ from .errors import DataError, DpregError, ParameterError
 from .params import bind, parse_pairs
 from .registry import get_registry
 
-DEFAULTS = {"algo": "adaptive-spider", "noise": "tree", "loss": "logistic", "data": "breast-cancer"}
+DEFAULTS = {"algo": "adaptive-spider", "noise": "tree", "loss": "logistic", "data": "adult"}
+
+#: one sentence, in the record and on the terminal, whenever a seed is given
+SEEDED_NOTE = ("randomness is seeded (--seed): the privacy guarantee holds only while the seed stays "
+               "secret; anyone who knows it can recompute the noise")
+RELEASE_NOTE = ("safe to publish: the model, its preprocessing and this privacy statement are "
+                "(epsilon, delta)-differentially private outputs of the run")
+DIAGNOSTICS_NOTE = ("NOT private: computed on the raw data after the run (metrics, baselines, "
+                    "trajectory, counts, timings); do not publish")
+#: the neighbouring relations in words (record, ``dpreg info``, README)
+RELATION_TEXT = {
+    "replace-one": "replace-one: neighbouring data sets differ in one record, replaced by any other",
+    "add-remove": "zero-out (add/remove with n public): a neighbour replaces one record by a null "
+                  "record whose gradient is zero, so n stays public and fixed",
+}
+
+
+def default_delta(n: int) -> float:
+    """min(1e-5, 1/(10 n)): well below 1/n, the delta at which releasing one
+    random record in the clear is already (0, delta)-DP, and the customary
+    1e-5 for data sets of up to 10^4 records."""
+    return min(1e-5, 1.0 / (10.0 * n))
 
 
 @dataclass
 class RunConfig:
-    """Everything ``dpreg run`` accepts (see ``dpreg run --help``)."""
+    """Everything ``dpreg run`` accepts (see ``dpreg run --help``).
+
+    ``data`` / ``test_data``: a data-set name (``name:key=value,...``), a file
+    path, or an ``(X, y)`` pair of arrays.  ``seed``: None (secret OS entropy,
+    the default) or a research seed.  ``features`` / ``zero_based`` /
+    ``labels``: the public schema (None: the data set's declared one, else
+    inferred and reported).  ``intercept``: None = on for classifier losses.
+    ``scaling``: "auto" (the data set's declared public bounds if any, else
+    none), "none", "bounds" (with ``bounds``, a CSV file) or "private" (spends
+    ``scaling_share`` of epsilon).
+    """
 
     algo: str = DEFAULTS["algo"]
     noise: str | None = None
     loss: str = DEFAULTS["loss"]
-    data: str = DEFAULTS["data"]
-    test_data: str | None = None
+    data: Any = DEFAULTS["data"]
+    test_data: Any = None
     test_fraction: float | None = None
     epsilon: float = 1.0
     delta: float | None = None
     accountant: str = "rdp"
-    params: dict[str, Any] = field(default_factory=dict)
-    seed: int = 0
+    params: Any = field(default_factory=dict)
+    seed: int | None = None
+    split_seed: int = 0
+    features: int | None = None
+    zero_based: bool | None = None
+    labels: Any = None
+    intercept: bool | None = None
+    scaling: str = "auto"
+    bounds: str | None = None
+    scaling_share: float = 0.1
     alpha: float | None = None
     select: str | None = None
     select_share: float = 0.1
     out: str | None = None
+    diagnostics: bool = True
     progress: Callable[[int, int], None] | None = None
-
-
-def _default_noise(algo_cls, reg) -> str | None:
-    if not algo_cls.uses_noise:
-        return None
-    return DEFAULTS["noise"] if DEFAULTS["noise"] in reg.names("noise") else "gaussian"
+    #: called with (message) for one-line warnings (the CLI prints them)
+    warn: Callable[[str], None] | None = None
 
 
 def _parse_data_name(spec: str) -> tuple[str, dict]:
@@ -64,63 +113,112 @@ def _parse_data_name(spec: str) -> tuple[str, dict]:
     return name, kw
 
 
-def load_data(spec: str, *, seed: int, labels: str, d: int | None = None, test: bool = False):
-    """(X, y, source_test_loader_or_None, description) for a data-set name or a file path."""
-    from .data import load_file, prepare
+def parse_labels(raw) -> tuple[float, float] | None:
+    """``"NEG,POS"`` (or a pair) -> (negative, positive) raw label values."""
+    if raw is None:
+        return None
+    parts = raw.split(",") if isinstance(raw, str) else list(raw)
+    try:
+        neg, pos = (float(v) for v in parts)
+    except (TypeError, ValueError):
+        raise ParameterError(f"labels must be two numbers NEG,POS; got {raw!r}") from None
+    if neg == pos or not (math.isfinite(neg) and math.isfinite(pos)):
+        raise ParameterError(f"labels must be two different finite numbers NEG,POS; got {raw!r}")
+    return neg, pos
 
+
+@dataclass
+class Loaded:
+    """Raw data as loaded, before any preprocessing."""
+
+    X: np.ndarray
+    y: np.ndarray
+    description: str
+    source: Any = None          # a DatasetSource for registered names
+    schema: Any = None          # the schema the data was read with
+    inferred: dict = field(default_factory=dict)
+
+
+def load_data(spec, *, schema, split_seed: int, test: bool = False) -> Loaded:
+    """Raw (X, y) of a data-set name, a file path or an (X, y) pair; nothing
+    preprocessed.  ``schema`` (a :class:`dpreg.data.Schema`) overrides the
+    source's declared one; what neither declares is inferred and listed."""
+    from .data import DatasetSource, Schema, load_file
+
+    where = "test data" if test else "data"
+    if isinstance(spec, (tuple, list)) and len(spec) == 2:
+        X, y = spec
+        try:
+            import scipy.sparse as sp
+
+            if sp.issparse(X):
+                X = X.toarray()
+        except ImportError:  # pragma: no cover
+            pass
+        try:
+            X = np.array(X, dtype=np.float64)
+            y = np.array(y, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"{where}: arrays must hold real numbers: {exc}") from None
+        return Loaded(X, y, f"arrays ({X.shape[0]} x {X.shape[1] if X.ndim == 2 else '?'})",
+                      schema=schema)
+    if not isinstance(spec, str):
+        raise DataError(f"{where} must be a data-set name, a file path or an (X, y) pair; got {type(spec).__name__}")
     reg = get_registry()
     name, kw = _parse_data_name(spec)
-    where = "test data" if test else "data"
     if name in reg.names("dataset"):
+        factory = reg.get("dataset", name)
         try:
-            src = reg.get("dataset", name)(**kw)
+            src: DatasetSource = factory(**kw)
             with np.errstate(all="ignore"):  # bad options: one error line, no warnings
-                X, y = src.load(seed)
+                X, y = src.load(split_seed)
         except (TypeError, ValueError) as exc:
             raise ParameterError(f"data set {name!r}: bad options {kw}: {exc}") from None
-        X, y = prepare(X, y, labels=labels, where=f"{where} {name}", d=d, copy=False)
-        return X, y, src, name
+        except MemoryError:
+            raise ParameterError(f"data set {spec!r} does not fit in memory") from None
+        return Loaded(X, y, spec, src, schema.merged(src.schema))
     if kw or not os.path.exists(spec):
         if os.path.sep in spec or "." in os.path.basename(spec):
             raise DataError(f"{where} file not found: {spec}")
         raise DataError(
             f"no data set or file named {spec!r}; built-in data sets: {', '.join(reg.names('dataset'))}"
         )
-    X, y = load_file(spec, n_features=d)
-    X, y = prepare(X, y, labels=labels, where=f"{where} {spec}", d=d, copy=False)
-    return X, y, None, os.path.abspath(spec)
+    X, y, inferred = load_file(spec, schema if isinstance(schema, Schema) else Schema())
+    return Loaded(X, y, os.path.abspath(spec), schema=schema, inferred=inferred)
 
 
-def run_pipeline(cfg: RunConfig) -> dict:
-    """Run one configured pipeline; return the JSON-ready record (and write it
-    to ``cfg.out`` if given).  Raises DpregError for anything the user got wrong,
-    before any private computation when it can be known in advance."""
-    from . import metrics
-    from .problem import Problem
-    from .results import check_writable, to_json, versions, write_atomic
-
-    t_start = time.perf_counter()
-    reg = get_registry()
-    # ---- names and budget first (cheap, no data touched)
+def _validate(cfg: RunConfig, reg):
     algo_cls = reg.get("algorithm", cfg.algo)
     loss = reg.get("loss", cfg.loss)
     acc_cls = reg.get("accountant", cfg.accountant)
     if cfg.noise is not None and not algo_cls.uses_noise:
         raise ParameterError(f"algorithm {cfg.algo!r} keeps no running sum and takes no --noise")
-    noise_name = cfg.noise or _default_noise(algo_cls, reg)
+    noise_name = cfg.noise or (("tree" if "tree" in reg.names("noise") else "gaussian")
+                               if algo_cls.uses_noise else None)
     noise_cls = reg.get("noise", noise_name) if noise_name else None
     given = parse_pairs(cfg.params) if isinstance(cfg.params, (list, tuple)) else dict(cfg.params)
     params = bind(algo_cls.params, given, f"algorithm {cfg.algo!r}")
-    if cfg.delta is not None:
-        check_budget_args(cfg.epsilon, cfg.delta)
-    else:
-        check_budget_args(cfg.epsilon, 0.5)
-    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, (int, np.integer)) or cfg.seed < 0:
-        raise ParameterError(f"seed must be an integer >= 0, got {cfg.seed!r}")
-    if cfg.alpha is not None and not cfg.alpha > 0:
+    check_budget_args(cfg.epsilon, cfg.delta if cfg.delta is not None else 0.5)
+    for name in ("seed", "split_seed"):
+        v = getattr(cfg, name)
+        if v is None and name == "seed":
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ParameterError(f"{name.replace('_', '-')} must be an integer >= 0, got {v!r}")
+    if cfg.alpha is not None and not (isinstance(cfg.alpha, (int, float)) and cfg.alpha > 0):
         raise ParameterError(f"alpha must be > 0, got {cfg.alpha}")
     if cfg.test_fraction is not None and cfg.test_data is not None:
         raise ParameterError("give either --test-data or --test-fraction, not both")
+    if cfg.features is not None and not (isinstance(cfg.features, (int, np.integer)) and cfg.features >= 1):
+        raise ParameterError(f"features must be an integer >= 1, got {cfg.features!r}")
+    from .preprocess import MODES
+
+    if cfg.scaling not in MODES:
+        raise ParameterError(f"scaling must be one of {', '.join(MODES)}, got {cfg.scaling!r}")
+    if (cfg.scaling == "bounds") != (cfg.bounds is not None):
+        raise ParameterError("--bounds FILE goes with --scaling bounds (and only with it)")
+    if cfg.scaling == "private" and not (0 < cfg.scaling_share < 1):
+        raise ParameterError(f"scaling share must be in (0, 1), got {cfg.scaling_share!r}")
     sel_cls = None
     if cfg.select is not None:
         sel_cls = reg.get("selector", cfg.select)
@@ -128,36 +226,98 @@ def run_pipeline(cfg: RunConfig) -> dict:
             raise ParameterError(f"select share must be in (0, 1), got {cfg.select_share!r}")
         if "alpha" in inspect.signature(sel_cls.select).parameters and cfg.alpha is None:
             raise ParameterError(f"--select {cfg.select} tests alpha-stationarity: give --alpha")
+    return algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls
+
+
+def _pipeline_rng(cfg: RunConfig, root: int, stream: int) -> np.random.Generator:
+    """A mechanism Generator of the pipeline itself (scaling, selection),
+    from the run's secret root."""
+    return np.random.default_rng(np.random.SeedSequence([root, 0x5E1EC7, stream]))
+
+
+def run_pipeline(cfg: RunConfig) -> dict:
+    """Run one configured pipeline; return the JSON-ready record (and write it
+    to ``cfg.out`` if given).  Raises DpregError for anything the user got wrong,
+    before any private computation when it can be known in advance."""
+    from .data import LabelMap, Schema, prepare, split
+    from .interfaces import secret_seed
+    from .preprocess import Preprocessing, private_scales, read_bounds
+    from .problem import Problem
+    from .results import check_writable, to_json, versions, write_atomic
+
+    t_start = time.perf_counter()
+    warn = cfg.warn or (lambda msg: None)
+    reg = get_registry()
+    algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls = _validate(cfg, reg)
     if cfg.out is not None:
         check_writable(cfg.out)
+    root = secret_seed(cfg.seed)  # the pipeline's own mechanisms (scaling, selection)
 
-    # ---- data
+    # ---- data (raw) and the public schema
     t0 = time.perf_counter()
-    X, y, src, data_desc = load_data(cfg.data, seed=cfg.seed, labels=loss.labels)
+    user_schema = Schema(cfg.features, cfg.zero_based, parse_labels(cfg.labels))
+    tr = load_data(cfg.data, schema=user_schema, split_seed=cfg.split_seed)
+    X, y = tr.X, tr.y
+    inferred = dict(tr.inferred)
+    # validate (shape, finite values); labels mapped below, rows scaled with the preprocessing
+    X, y = prepare(X, y, labels="real", where=f"data {tr.description}", scale_rows=False)
+    label_map = None
+    if loss.labels == "binary":
+        label_map = LabelMap.for_training(y, tr.schema.labels if tr.schema else None, f"data {tr.description}")
+        if label_map.source == "inferred":
+            inferred["labels"] = [label_map.negative, label_map.positive]
     Xte = yte = None
     test_desc = None
     if cfg.test_data is not None:
-        Xte, yte, _, test_desc = load_data(cfg.test_data, seed=cfg.seed, labels=loss.labels,
-                                           d=X.shape[1], test=True)
+        te_schema = Schema(X.shape[1], inferred.get("zero_based", (tr.schema or Schema()).zero_based))
+        te = load_data(cfg.test_data, schema=te_schema, split_seed=cfg.split_seed, test=True)
+        Xte, yte, test_desc = te.X, te.y, te.description
     elif cfg.test_fraction is not None:
-        from .data import split
-
-        X, y, Xte, yte = split(X, y, cfg.test_fraction, cfg.seed)
-        test_desc = f"seeded split {cfg.test_fraction:g} of {data_desc}"
-    elif src is not None and src.load_test is not None:
-        Xte, yte = src.load_test(cfg.seed)
-        from .data import prepare
-
-        Xte, yte = prepare(Xte, yte, labels=loss.labels, where="test data", d=X.shape[1])
-        test_desc = f"{data_desc} (held-out draw)"
+        X, y, Xte, yte = split(X, y, cfg.test_fraction, cfg.split_seed)
+        test_desc = f"split {cfg.test_fraction:g} of {tr.description} (split seed {cfg.split_seed})"
+    elif tr.source is not None and tr.source.load_test is not None:
+        Xte, yte = tr.source.load_test(cfg.split_seed)
+        test_desc = f"{tr.description} (held-out set)"
+    if Xte is not None:
+        Xte, yte = prepare(Xte, yte, labels="real", where="test data", d=X.shape[1], scale_rows=False,
+                           min_rows=1)
+    if label_map is not None:
+        y = label_map.apply(y, f"data {tr.description}")
+        if Xte is not None:
+            yte = label_map.apply(yte, "test data")
+    # warnings only once the input is known to be usable (a user error stays one line)
+    if cfg.seed is not None:
+        warn(SEEDED_NOTE)
+    if inferred:
+        warn("schema inferred from the data (" + ", ".join(f"{k}={v}" for k, v in inferred.items())
+             + "): one record can change it; declare --features/--zero-based/--one-based/--labels")
     t_data = time.perf_counter() - t0
-    n = X.shape[0]
-    delta = cfg.delta if cfg.delta is not None else 1.0 / n
+    n, d_raw = X.shape
+    delta = cfg.delta if cfg.delta is not None else default_delta(n)
     check_budget_args(cfg.epsilon, delta)
-
-    problem = Problem(loss, X, y, name=data_desc)
-    test_problem = Problem(loss, Xte, yte, name=test_desc) if Xte is not None else None
+    if delta >= 1.0 / n:
+        warn(f"delta={delta:g} >= 1/n={1.0 / n:.3g}: a mechanism that publishes one random record in the clear "
+             f"meets this guarantee; use delta well below 1/n (default min(1e-5, 1/(10 n)))")
     accountant = acc_cls(cfg.epsilon, delta, algo_cls.relation_for(params))
+
+    # ---- preprocessing (public, or private and charged first)
+    intercept = loss.classifier if cfg.intercept is None else bool(cfg.intercept)
+    scaling_info = None
+    declared = getattr(tr.source, "bounds", None)
+    if cfg.scaling == "bounds" or (cfg.scaling == "auto" and declared is not None):
+        lo, hi = read_bounds(cfg.bounds, d_raw) if cfg.scaling == "bounds" else declared
+        prep = Preprocessing(d_raw, "bounds", lo, hi, intercept)
+    elif cfg.scaling == "private":
+        lo, hi, scaling_info = private_scales(X, accountant, _pipeline_rng(cfg, root, 3),
+                                              cfg.scaling_share * cfg.epsilon)
+        prep = Preprocessing(d_raw, "private", lo, hi, intercept)
+    else:
+        prep = Preprocessing(d_raw, "none", intercept=intercept)
+    X = prep.transform(X, where=f"data {tr.description}", in_place=True)
+    if Xte is not None:
+        Xte = prep.transform(Xte, where="test data", in_place=True)
+    problem = Problem(loss, X, y, name=tr.description, row_bound=prep.row_bound)
+    test_problem = Problem(loss, Xte, yte, name=test_desc, row_bound=prep.row_bound) if Xte is not None else None
 
     # ---- compile (or load cached) kernels before timing the run
     t0 = time.perf_counter()
@@ -166,7 +326,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
     selector = eps_sel = None
     if sel_cls is not None:  # charged before the run: the run calibrates to what is left
-        selector, eps_sel = _prepare_selection(sel_cls, problem, accountant, cfg)
+        selector, eps_sel = _prepare_selection(sel_cls, problem, accountant, cfg, _pipeline_rng(cfg, root, 1))
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed,
                     progress=cfg.progress)
@@ -181,46 +341,172 @@ def run_pipeline(cfg: RunConfig) -> dict:
     if selector is not None:
         w, selection = _select_output(selector, eps_sel, out, w, cfg)
 
-    # ---- evaluation, after the run
+    # ---- the release
+    release = {
+        "note": RELEASE_NOTE,
+        "model": model_dict(w, loss, prep, label_map,
+                            inferred.get("zero_based", getattr(tr.schema, "zero_based", None))),
+        "privacy": privacy_statement(accountant, algo_cls, noise_name, out.info, cfg, n, scaling_info,
+                                     eps_sel),
+        "config": {
+            "algo": algo_cls.name, "paper": algo_cls.paper, "data_access": algo_cls.data_access,
+            "noise": noise_name, "loss": loss.name, "data": tr.description, "test_data": test_desc,
+            "epsilon": cfg.epsilon, "delta": delta, "accountant": accountant.name,
+            "params_given": given, "params_resolved": params, "alpha": cfg.alpha,
+            "select": cfg.select, "select_share": cfg.select_share if cfg.select else None,
+            "split_seed": cfg.split_seed, "test_fraction": cfg.test_fraction,
+            "schema": {"n_features": d_raw, "declared": sorted({"n_features", "zero_based", "labels"}
+                                                               - set(inferred))},
+        },
+    }
+    record = {"dpreg_record": 2, "release": release}
+
+    # ---- diagnostics, after the run (never fed back into it)
+    if cfg.diagnostics:
+        record["diagnostics"] = _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred,
+                                             selection, scaling_info,
+                                             {"total_s": time.perf_counter() - t_start, "data_s": t_data,
+                                              "compile_s": t_compile, "run_s": t_run})
+    if cfg.out is not None:
+        write_atomic(cfg.out, to_json(record))
+    return record
+
+
+def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = None) -> dict:
+    """The released model: weights over the transformed features (the last is
+    the intercept's when ``prep.intercept``), the intercept in margin units,
+    the label map and the preprocessing to repeat (see :mod:`dpreg.model`)."""
+    w = np.asarray(w, dtype=float)
+    return {
+        "kind": "linear",
+        "loss": loss.name,
+        "classifier": bool(loss.classifier),
+        "weights": w,
+        "coef": w[:prep.n_features],
+        "intercept": float(w[-1] * prep.intercept_scaling) if prep.intercept else 0.0,
+        "n_features": prep.n_features,
+        "label_map": label_map.as_dict() if label_map is not None else None,
+        "zero_based": zero_based,
+        "preprocessing": prep.as_dict(),
+    }
+
+
+def privacy_statement(accountant, algo_cls, noise_name, info, cfg, n, scaling_info, eps_sel) -> dict:
+    """The release's privacy statement: what is protected and how."""
+    mechanisms = []
+    z = info.get("noise_multiplier") if isinstance(info, dict) else None
+    if z is not None:
+        mechanisms.append({"what": f"{algo_cls.name} releases", "noise": noise_name or "gaussian",
+                           "noise_multiplier": float(z)})
+    if scaling_info is not None:
+        mechanisms.append({"what": "private feature scales", "noise": "gaussian",
+                           "noise_multiplier": scaling_info["noise_multiplier"],
+                           "epsilon_share": scaling_info["epsilon"]})
+    if eps_sel is not None:
+        mechanisms.append({"what": f"{cfg.select} output selection", "noise": "pure epsilon-DP selector",
+                           "epsilon_share": eps_sel})
+    seeded = cfg.seed is not None
+    return {
+        "epsilon": accountant.epsilon_spent,
+        "epsilon_budget": accountant.epsilon_budget,
+        "delta": accountant.delta,
+        "unit": "one record",
+        "relation": "zero-out" if accountant.relation == "add-remove" else accountant.relation,
+        "relation_text": RELATION_TEXT[accountant.relation],
+        "n": n,
+        "n_public": True,
+        "accountant": f"{accountant.name} (Google dp-accounting)",
+        "mechanisms": mechanisms,
+        "randomness": "seeded" if seeded else "secret",
+        "randomness_note": SEEDED_NOTE if seeded else
+        "mechanism randomness drawn from the operating system's entropy; not recorded",
+        "not_covered": ["hyper-parameter tuning across runs on the same data",
+                        "the diagnostics part of the record"],
+    }
+
+
+def _baselines(problem, prefix: str) -> dict:
+    """Non-private reference points: the majority-class rate, the loss at
+    w = 0 and (when cheap) the non-private optimum's loss and accuracy."""
+    from . import metrics
+
+    out: dict = {}
+    zero = np.zeros(problem.d)
+    out[f"{prefix}_loss_at_zero"] = float(problem.value(zero))
+    if problem.loss.classifier:
+        pos = float(np.mean(problem.y > 0))
+        out[f"{prefix}_majority_rate"] = max(pos, 1.0 - pos)
+    return out
+
+
+def nonprivate_optimum(problem, max_iter: int = 200):
+    """A non-private minimiser of the empirical loss (L-BFGS from 0, capped
+    iterations): a reference for how much of the gap a private model closed.
+    None when the problem is too large for a cheap reference."""
+    if problem.n * problem.d > 5e7:
+        return None
+    from scipy.optimize import minimize
+
+    radius = problem.loss.radius
+    with np.errstate(all="ignore"):
+        res = minimize(problem.value, np.zeros(problem.d), jac=problem.gradient, method="L-BFGS-B",
+                       options={"maxiter": max_iter})
+    w = res.x
+    if radius is not None:
+        from .problem import project
+
+        w = project(w, radius)
+    return w if np.all(np.isfinite(w)) else None
+
+
+def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selection, scaling_info,
+                 timing) -> dict:
+    from . import metrics
+
     t0 = time.perf_counter()
-    G, M, rho = problem.constants()
     alpha = cfg.alpha
     ev = metrics.evaluate(problem, w, alpha=alpha, prefix="train")
+    base = _baselines(problem, "train")
     if test_problem is not None:
         ev.update(metrics.evaluate(test_problem, w, alpha=alpha, prefix="test"))
+        base.update(_baselines(test_problem, "test"))
+    w_np = nonprivate_optimum(problem)
+    if w_np is not None:
+        base["nonprivate_train_loss"] = float(problem.value(w_np))
+        if problem.loss.classifier:
+            base["nonprivate_train_accuracy"] = metrics.accuracy(problem, w_np)
+            if test_problem is not None:
+                base["nonprivate_test_accuracy"] = metrics.accuracy(test_problem, w_np)
     traj = out.info.pop("trajectory", None)
     tr_summary = traj.summary() if traj is not None else {}
     if traj is not None:
         tr_summary["checkpoints"] = metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates)
-    t_eval = time.perf_counter() - t0
-
-    cfg_dict = {k: v for k, v in asdict(cfg).items() if k not in ("progress",)}
-    cfg_dict.update({"noise": noise_name, "delta": delta, "params_given": given,
-                     "params_resolved": params, "data": data_desc, "test_data": test_desc})
-    cfg_dict.pop("params", None)
-    record = {
-        "dpreg_record": 1,
-        "config": cfg_dict,
-        "algorithm": {"name": algo_cls.name, "paper": algo_cls.paper,
-                      "data_access": algo_cls.data_access},
-        "problem": {"n": problem.n, "d": problem.d, "loss": loss.name, "G": G, "M": M, "rho": rho,
+    G, M, rho = problem.constants()
+    timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads())
+    return {
+        "non_private": True,
+        "note": DIAGNOSTICS_NOTE,
+        "schema_inferred": inferred or None,
+        "problem": {"n": problem.n, "d": problem.d, "loss": problem.loss.name, "G": G, "M": M, "rho": rho,
                     "n_test": None if test_problem is None else test_problem.n},
-        "versions": versions(),
         "privacy": accountant.state(),
         "usage": {"iterations": out.iterations, "records_used": out.records_used,
                   "gradient_evaluations": out.gradient_evaluations},
         "run_info": out.info,
         "selection": selection,
+        "scaling": scaling_info,
         "trajectory": tr_summary,
         "metrics": ev,
-        "timing": {"total_s": time.perf_counter() - t_start, "data_s": t_data,
-                   "compile_s": t_compile, "run_s": t_run, "eval_s": t_eval,
-                   "threads": _threads()},
-        "w": w,
+        "baselines": base,
+        "timing": timing,
+        "versions": _versions(),
     }
-    if cfg.out is not None:
-        write_atomic(cfg.out, to_json(record))
-    return record
+
+
+def _versions():
+    from .results import versions
+
+    return versions()
 
 
 def _threads() -> int:
@@ -229,7 +515,7 @@ def _threads() -> int:
     return int(numba.get_num_threads())
 
 
-def _prepare_selection(sel_cls, problem, accountant, cfg):
+def _prepare_selection(sel_cls, problem, accountant, cfg, rng):
     """Build the output selector and charge its pure-DP release now, before the
     run (the selector gets a :class:`~dpreg.accounting.Prepaid` view that
     matches its own charge against this one)."""
@@ -237,7 +523,6 @@ def _prepare_selection(sel_cls, problem, accountant, cfg):
 
     eps_sel = float(cfg.select_share) * float(cfg.epsilon)
     event = pure_dp_event(eps_sel)
-    rng = np.random.default_rng(np.random.SeedSequence([int(cfg.seed), 0x5E1EC7, 1]))
     try:
         selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng)
     except ParameterError:

@@ -39,12 +39,15 @@ def _inner(clip: float) -> float:
 
 @dataclass
 class Problem:
-    """``loss`` on records ``(X[i], y[i])``; rows of X have norm <= 1."""
+    """``loss`` on records ``(X[i], y[i])``; rows of X have norm <= ``row_bound``
+    (1, or sqrt(1 + s^2) with an intercept column of value s: see
+    :mod:`dpreg.preprocess`)."""
 
     loss: LinearModelLoss
     X: np.ndarray
     y: np.ndarray
     name: str = ""
+    row_bound: float = 1.0
     _rows: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self):
@@ -71,8 +74,12 @@ class Problem:
         return self._rows
 
     def constants(self) -> tuple[float, float, float]:
-        """The loss's declared (G, M, rho) for this dimension."""
-        return self.loss.constants(self.d)
+        """The loss's declared (G, M, rho) for this dimension, for records of
+        norm <= ``row_bound`` R: (G R, M R^2, rho R^3) (the data part of a
+        linear-model loss scales so in |x|, psi's part is bounded by the same)."""
+        G, M, rho = self.loss.constants(self.d)
+        R = float(self.row_bound)
+        return G * R, M * R * R, rho * R ** 3
 
     def _idx(self, idx):
         if idx is None:

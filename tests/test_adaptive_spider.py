@@ -190,9 +190,9 @@ def test_real_data_from_python(noise):
 
     path = shared_file("ijcnn1.trn.bz2")
     rec = dpreg.run(algo="adaptive-spider", noise=noise, loss="sigmoid-l2", data=str(path), epsilon=1.0)
-    assert rec["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
-    assert rec["usage"]["records_used"] <= rec["problem"]["n"]
-    assert rec["metrics"]["train_grad_norm"] < rec["trajectory"]["checkpoints"]["grad_norm"][0]
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
+    assert rec["diagnostics"]["usage"]["records_used"] <= rec["diagnostics"]["problem"]["n"]
+    assert rec["diagnostics"]["metrics"]["train_grad_norm"] < rec["diagnostics"]["trajectory"]["checkpoints"]["grad_norm"][0]
 
 
 def test_cli_default_run_is_adaptive_spider_with_tree(tmp_path, monkeypatch):
@@ -204,10 +204,10 @@ def test_cli_default_run_is_adaptive_spider_with_tree(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["run"])
     assert res.exit_code == 0, res.output
     rec = json.loads((tmp_path / "run.json").read_text())
-    assert rec["algorithm"]["name"] == "adaptive-spider" and rec["config"]["noise"] == "tree"
-    assert rec["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
-    assert all(np.isfinite(rec["w"]))
-    assert rec["metrics"]["train_loss"] < 1.0  # sane: near log 2 at worst on this tiny set
+    assert rec["release"]["config"]["algo"] == "adaptive-spider" and rec["release"]["config"]["noise"] == "tree"
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
+    assert all(np.isfinite(rec["release"]["model"]["weights"]))
+    assert rec["diagnostics"]["metrics"]["train_loss"] < 1.0  # sane: near log 2 at worst on this tiny set
 
 
 def test_cli_real_data(tmp_path):
@@ -221,4 +221,4 @@ def test_cli_real_data(tmp_path):
                                     "--data", str(path), "--epsilon", "1", "--out", str(out)])
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
-    assert rec["run_info"]["noise"] == "tree" and rec["run_info"]["tree_levels"] == 16
+    assert rec["diagnostics"]["run_info"]["noise"] == "tree" and rec["diagnostics"]["run_info"]["tree_levels"] == 16

@@ -17,35 +17,35 @@ def _run(algo, eps=2.0, **params):
 @pytest.mark.parametrize("algo", ["dp-gd", "dp-sgd"])
 def test_gradient_norm_falls_and_budget_is_spent(algo):
     rec = _run(algo)
-    pr = rec["privacy"]
+    pr = rec["diagnostics"]["privacy"]
     assert 0.99 * pr["epsilon_budget"] <= pr["epsilon_spent"] <= pr["epsilon_budget"]
-    cp = rec["trajectory"]["checkpoints"]["grad_norm"]
+    cp = rec["diagnostics"]["trajectory"]["checkpoints"]["grad_norm"]
     assert cp[-1] < 0.5 * cp[0]
-    assert rec["metrics"]["train_loss"] < np.log(2) - 0.02  # better than w = 0
-    assert rec["metrics"]["train_accuracy"] > 0.6
+    assert rec["diagnostics"]["metrics"]["train_loss"] < np.log(2) - 0.02  # better than w = 0
+    assert rec["diagnostics"]["metrics"]["train_accuracy"] > 0.6
 
 
 def test_dp_sgd_accounting_matches_dp_accounting():
     import dp_accounting as dpa
 
     rec = _run("dp-sgd", batch=200, steps=300)
-    z, q = rec["run_info"]["noise_multiplier"], rec["run_info"]["sampling_rate"]
+    z, q = rec["diagnostics"]["run_info"]["noise_multiplier"], rec["diagnostics"]["run_info"]["sampling_rate"]
     ref = dpa.rdp.RdpAccountant()
     ref.compose(dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(q, dpa.GaussianDpEvent(z)), 300))
-    assert ref.get_epsilon(1e-5) == pytest.approx(rec["privacy"]["epsilon_spent"], rel=1e-6)
-    assert rec["privacy"]["relation"] == "add-remove"
+    assert ref.get_epsilon(1e-5) == pytest.approx(rec["diagnostics"]["privacy"]["epsilon_spent"], rel=1e-6)
+    assert rec["diagnostics"]["privacy"]["relation"] == "add-remove"
 
 
 def test_dp_gd_noise_std_is_calibrated_sensitivity():
     rec = _run("dp-gd", steps=20)
-    info = rec["run_info"]
+    info = rec["diagnostics"]["run_info"]
     # replace-one: sensitivity of the mean of n clipped terms is 2C/n
     assert info["noise_std"] == pytest.approx(info["noise_multiplier"] * 2 * info["clip"] / 4000)
 
 
 def test_more_budget_means_less_noise():
-    lo = _run("dp-gd", eps=0.5, steps=20)["run_info"]["noise_multiplier"]
-    hi = _run("dp-gd", eps=4.0, steps=20)["run_info"]["noise_multiplier"]
+    lo = _run("dp-gd", eps=0.5, steps=20)["diagnostics"]["run_info"]["noise_multiplier"]
+    hi = _run("dp-gd", eps=4.0, steps=20)["diagnostics"]["run_info"]["noise_multiplier"]
     assert hi < lo
 
 
@@ -75,4 +75,4 @@ def test_over_budget_release_refused_before_it_happens():
 
 def test_projection_radius_respected():
     rec = _run("dp-sgd", radius=0.05, steps=50)
-    assert np.linalg.norm(rec["w"]) <= 0.05 + 1e-12
+    assert np.linalg.norm(rec["release"]["model"]["weights"]) <= 0.05 + 1e-12

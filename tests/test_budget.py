@@ -130,10 +130,10 @@ def test_json_record_holds_accountant_state(cli, tmp_path):
                                    "--out", str(out)])
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
-    pr = rec["privacy"]
+    pr = rec["diagnostics"]["privacy"]
     assert pr["accountant"] == "rdp" and pr["relation"] == "replace-one"
     assert pr["epsilon_budget"] == 0.8 and pr["delta"] == 1e-5 and pr["charges"] == 6
-    z = rec["run_info"]["noise_multiplier"]
+    z = rec["diagnostics"]["run_info"]["noise_multiplier"]
     want = _rdp_eps(dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(z), 6), 1e-5, "replace-one")
     assert pr["epsilon_spent"] == pytest.approx(want, rel=1e-6)
     assert pr["epsilon_spent"] <= 0.8 * (1 + 1e-9)
@@ -147,6 +147,6 @@ def test_json_record_state_spider_family(cli, tmp_path):
                                    "--data", "synthetic-logistic:n=2000,d=4", "--epsilon", "1",
                                    "--delta", "1e-5", "--out", str(out)])
     assert res.exit_code == 0, res.output
-    pr = json.loads(out.read_text())["privacy"]
+    pr = json.loads(out.read_text())["diagnostics"]["privacy"]
     assert pr["relation"] == "replace-one" and pr["groups"] >= 1 and pr["charges"] >= pr["groups"]
     assert 0 < pr["epsilon_spent"] <= 1.0 * (1 + 1e-9)

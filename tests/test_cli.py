@@ -44,22 +44,24 @@ def test_run_writes_record_with_everything(tmp_path):
                "--param", "steps=40", "--out", str(out))
     assert r.exit_code == 0, r.output
     rec = json.loads(out.read_text())
-    assert rec["config"]["params_resolved"]["steps"] == 40
-    assert rec["privacy"]["epsilon_spent"] <= 1.0
-    assert rec["versions"]["numba"] and rec["versions"]["dp-accounting"]
-    assert rec["usage"]["iterations"] == 40
+    assert rec["release"]["config"]["params_resolved"]["steps"] == 40
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0
+    assert rec["diagnostics"]["versions"]["numba"] and rec["diagnostics"]["versions"]["dp-accounting"]
+    assert rec["diagnostics"]["usage"]["iterations"] == 40
     for key in ("train_grad_norm", "train_lambda_min", "train_loss", "train_accuracy", "test_grad_norm",
                 "test_accuracy", "train_is_alpha_sosp"):
-        assert key in rec["metrics"]
-    assert rec["timing"]["run_s"] > 0
-    assert len(rec["w"]) == 6 and np.all(np.isfinite(rec["w"]))
-    assert "privacy   epsilon=" in r.output
+        assert key in rec["diagnostics"]["metrics"]
+    assert rec["diagnostics"]["timing"]["run_s"] > 0
+    model = rec["release"]["model"]
+    assert len(model["weights"]) == 7 and np.all(np.isfinite(model["weights"]))  # 6 features + intercept
+    assert model["preprocessing"]["intercept"] and len(model["coef"]) == 6
+    assert "privacy   epsilon=" in r.output and "NOT private" in r.output
 
 
 def test_run_json_to_stdout():
     r = invoke("run", "--algo", "dp-gd", "--loss", "logistic", "--data", "synthetic-logistic:n=300,d=4",
                "--param", "steps=5", "--json")
-    assert json.loads(r.output)["algorithm"]["name"] == "dp-gd"
+    assert json.loads(r.output)["release"]["config"]["algo"] == "dp-gd"
 
 
 def test_noise_on_algorithm_without_running_sum_is_an_error(tmp_path):

@@ -5,13 +5,14 @@ import numpy as np
 import pytest
 
 from conftest import shared_file
-from dpreg.data import load_file, prepare, split
+from dpreg.data import LabelMap, Schema, load_file, prepare, split
 from dpreg.errors import DataError
 from dpreg.pipeline import load_data
 
 
 def test_svmlight_bz2_ijcnn1():
-    X, y = load_file(str(shared_file("ijcnn1.trn.bz2")))
+    X, y, inferred = load_file(str(shared_file("ijcnn1.trn.bz2")))
+    assert inferred == {"zero_based": False, "n_features": 22}  # reported, since nothing was declared
     assert X.shape == (49990, 22)
     assert int(np.sum(y == 1)) == 4853
     Xp, yp = prepare(X, y, labels="binary", where="ijcnn1")
@@ -20,10 +21,58 @@ def test_svmlight_bz2_ijcnn1():
 
 
 def test_a9a_zero_based_and_test_width():
-    X, y = load_file(str(shared_file("adult.trn.bz2")))
-    assert X.shape == (32561, 123) and int(np.sum(y == 1)) == 7841
-    Xt, yt, _, _ = load_data(str(shared_file("adult.tst.bz2")), seed=0, labels="binary", d=123, test=True)
-    assert Xt.shape == (16281, 123)
+    X, y, inferred = load_file(str(shared_file("adult.trn.bz2")), Schema(123, True))
+    assert X.shape == (32561, 123) and int(np.sum(y == 1)) == 7841 and inferred == {}
+    te = load_data(str(shared_file("adult.tst.bz2")), schema=Schema(123, True), split_seed=0, test=True)
+    assert te.X.shape == (16281, 123) and te.inferred == {}
+
+
+def test_shipped_adult_equals_the_svmlight_original():
+    """The package's re-encoded copy is the a9a files, record by record."""
+    for part, name in (("data", "adult.trn.bz2"), ("test", "adult.tst.bz2")):
+        ref_X, ref_y, _ = load_file(str(shared_file(name)), Schema(123, True))
+        src = load_data("adult", schema=Schema(), split_seed=0)
+        X, y = (src.X, src.y) if part == "data" else src.source.load_test(0)
+        np.testing.assert_array_equal(X, ref_X)
+        np.testing.assert_array_equal(y, ref_y)
+        assert src.schema == Schema(123, True, (-1.0, 1.0))
+
+
+def _svm(tmp_path, lines, name="d.svm"):
+    p = tmp_path / name
+    p.write_text("\n".join(lines) + "\n")
+    return str(p)
+
+
+def test_one_record_cannot_change_a_declared_schema(tmp_path):
+    """d and the index base are public inputs: a replaced record that uses a
+    new index or index 0 is refused, never absorbed by widening or shifting."""
+    base = ["1 1:0.5 3:1", "-1 2:1 4:0.25", "1 1:1"]
+    X, _, inf = load_file(_svm(tmp_path, base), Schema(4, False))
+    assert X.shape == (3, 4) and inf == {}
+    with pytest.raises(DataError, match="beyond the declared 4 features"):
+        load_file(_svm(tmp_path, base[:2] + ["1 9:1"]), Schema(4, False))
+    with pytest.raises(DataError, match="declared one-based"):
+        load_file(_svm(tmp_path, base[:2] + ["1 0:1"]), Schema(4, False))
+    # left to inference, the same replacement changes the schema: that is why it is reported
+    _, _, inf1 = load_file(_svm(tmp_path, base))
+    X2, _, inf2 = load_file(_svm(tmp_path, base[:2] + ["1 0:1"]))
+    assert inf1 == {"zero_based": False, "n_features": 4}
+    assert inf2["zero_based"] is True and X2.shape[1] == 5
+
+
+def test_label_maps_fixed_declared_inferred():
+    assert LabelMap.for_training(np.array([0, 1, 1.0]), None, "t") == LabelMap(0.0, 1.0, "fixed")
+    assert LabelMap.for_training(np.array([1, -1, 1.0]), None, "t") == LabelMap(-1.0, 1.0, "fixed")
+    assert LabelMap.for_training(np.array([2, 4, 4.0]), None, "t").source == "inferred"
+    m = LabelMap.for_training(np.array([4, 2.0]), (4.0, 2.0), "t")
+    np.testing.assert_array_equal(m.apply(np.array([2, 4, 2.0]), "t"), [1, -1, 1])
+    # with the fixed {0,1} map one replaced record cannot flip every label
+    a = LabelMap.for_training(np.array([0, 1, 1, 0.0]), None, "t")
+    b = LabelMap.for_training(np.array([0, 1, 1, 1.0]), None, "t")
+    assert a == b
+    with pytest.raises(DataError, match="neither of the two classes"):
+        a.apply(np.array([0, 1, 7.0]), "test data")
 
 
 def test_rows_scaled_each_on_its_own():
@@ -48,16 +97,17 @@ def test_binary_labels_mapped(labels, expect):
 def test_csv_with_header_and_npz(tmp_path):
     p = tmp_path / "d.csv"
     p.write_text("label,a,b\n1,0.5,0.1\n0,0.2,0.3\n1,0.0,1.0\n")
-    X, y = load_file(str(p))
+    X, y, inf = load_file(str(p))
+    assert inf == {}
     np.testing.assert_array_equal(y, [1, 0, 1])
     assert X.shape == (3, 2)
     q = tmp_path / "d.npz"
     np.savez(q, X=X, y=y)
-    X2, y2 = load_file(str(q))
+    X2, y2, _ = load_file(str(q))
     np.testing.assert_array_equal(X, X2)
     c = tmp_path / "d.csv.bz2"
     c.write_bytes(bz2.compress(p.read_bytes()))
-    X3, _ = load_file(str(c))
+    X3, _, _ = load_file(str(c))
     np.testing.assert_array_equal(X, X3)
 
 
@@ -84,9 +134,11 @@ def test_clear_errors():
 
 
 def test_builtin_sources():
-    X, y, src, name = load_data("breast-cancer", seed=0, labels="binary")
-    assert X.shape == (569, 30) and name == "breast-cancer"
-    X, y, src, _ = load_data("synthetic-logistic:n=300,d=7", seed=1, labels="binary")
-    assert X.shape == (300, 7)
-    X2, _, _, _ = load_data("synthetic-logistic:n=300,d=7", seed=1, labels="binary")
-    np.testing.assert_array_equal(X, X2)
+    bc = load_data("breast-cancer", schema=Schema(), split_seed=0)
+    assert bc.X.shape == (569, 30) and bc.description == "breast-cancer" and bc.inferred == {}
+    lo, hi = bc.source.bounds
+    assert np.all(bc.X >= np.array(lo)) and np.all(bc.X <= np.array(hi))  # declared bounds cover the data
+    a = load_data("synthetic-logistic:n=300,d=7", schema=Schema(), split_seed=1)
+    assert a.X.shape == (300, 7)
+    b = load_data("synthetic-logistic:n=300,d=7", schema=Schema(), split_seed=1)
+    np.testing.assert_array_equal(a.X, b.X)

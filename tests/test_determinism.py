@@ -15,10 +15,8 @@ DATA = "synthetic-logistic:n=1500,d=6"  # 256-row chunks: several kernel chunks 
 
 def _strip(rec: dict) -> dict:
     rec = dict(rec)
-    rec.pop("timing")
-    cfg = dict(rec["config"])
-    cfg.pop("out", None)
-    rec["config"] = cfg
+    rec["diagnostics"] = dict(rec["diagnostics"])
+    rec["diagnostics"].pop("timing")
     return rec
 
 
@@ -29,7 +27,7 @@ def _run(tmp_path, tag, threads, args):
                        capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr
     rec = json.loads(out.read_text())
-    assert rec["timing"]["threads"] == threads
+    assert rec["diagnostics"]["timing"]["threads"] == threads
     return _strip(rec)
 
 
@@ -42,7 +40,41 @@ def test_same_seed_same_record_across_runs_and_threads(tmp_path, args):
     b = _run(tmp_path, "b", 2, args)
     c = _run(tmp_path, "c", 2, args)
     assert a == b == c
-    assert a["usage"]["iterations"] > 1
+    assert a["diagnostics"]["usage"]["iterations"] > 1
+    assert a["release"]["privacy"]["randomness"] == "seeded"
+
+
+def test_unseeded_runs_differ_and_record_no_seed(tmp_path):
+    """Default mode: the noise comes from OS entropy - two runs of the same
+    command release different models - and nothing in the record or on the
+    terminal lets anyone recompute it."""
+    outs, errs = [], []
+    for tag in ("u1", "u2"):
+        out = tmp_path / f"{tag}.json"
+        p = subprocess.run([sys.executable, "-m", "dpreg.cli", "run", "--data", DATA, "--algo", "dp-sgd",
+                            "--param", "steps=10", "--out", str(out)], capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr
+        outs.append(json.loads(out.read_text()))
+        errs.append(p.stdout + p.stderr)
+    w1, w2 = (o["release"]["model"]["weights"] for o in outs)
+    assert w1 != w2
+    for o, txt in zip(outs, errs):
+        assert o["release"]["privacy"]["randomness"] == "secret"
+        assert "seed" not in json.dumps(o["release"]["privacy"]).replace("split_seed", "")
+        assert "stays secret" not in txt and "randomness seeded" not in txt
+        assert "seed" not in o["release"]["config"] or o["release"]["config"].get("seed") is None
+
+
+def test_seeded_run_says_the_seed_must_stay_secret(tmp_path):
+    out = tmp_path / "s.json"
+    p = subprocess.run([sys.executable, "-m", "dpreg.cli", "run", "--data", DATA, "--algo", "dp-sgd", "--seed", "5",
+                        "--param", "steps=5", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    rec = json.loads(out.read_text())
+    assert rec["release"]["privacy"]["randomness"] == "seeded"
+    assert "secret" in rec["release"]["privacy"]["randomness_note"]
+    assert "only while the seed stays secret" in p.stderr
+    assert '"5"' not in json.dumps(rec["release"]) and "seed\": 5" not in json.dumps(rec)
 
 
 def test_different_seed_different_record():
@@ -53,8 +85,8 @@ def test_different_seed_different_record():
     r1 = run_pipeline(RunConfig(seed=1, **cfg))
     r2 = run_pipeline(RunConfig(seed=2, **cfg))
     r1b = run_pipeline(RunConfig(seed=1, **cfg))
-    assert list(r1["w"]) != list(r2["w"])
-    assert list(r1["w"]) == list(r1b["w"])
+    assert list(r1["release"]["model"]["weights"]) != list(r2["release"]["model"]["weights"])
+    assert list(r1["release"]["model"]["weights"]) == list(r1b["release"]["model"]["weights"])
 
 
 def test_in_process_thread_count_does_not_change_results():
@@ -73,7 +105,7 @@ def test_in_process_thread_count_does_not_change_results():
             for th in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
                 numba.set_num_threads(th)
                 rec = run_pipeline(RunConfig(algo=algo, noise=noise, data=DATA, params=params, seed=3, out=None))
-                ws.append([float(v) for v in rec["w"]] + [rec["privacy"]["epsilon_spent"]])
+                ws.append([float(v) for v in rec["release"]["model"]["weights"]] + [rec["diagnostics"]["privacy"]["epsilon_spent"]])
             assert ws[0] == ws[1], algo
     finally:
         numba.set_num_threads(k)

@@ -198,5 +198,5 @@ def test_runs_on_real_data_from_python(noise):
     path = shared_file("ijcnn1.trn.bz2")
     rec = dpreg.run(algo="dp-spider", noise=noise, loss="sigmoid-l2", data=str(path), epsilon=1.0,
                     params={"steps": 20, "phase": 5})
-    assert rec["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
-    assert rec["metrics"]["train_grad_norm"] < rec["trajectory"]["checkpoints"]["grad_norm"][0]
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
+    assert rec["diagnostics"]["metrics"]["train_grad_norm"] < rec["diagnostics"]["trajectory"]["checkpoints"]["grad_norm"][0]

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpreg.data import load_file, prepare
+from dpreg.data import Schema, load_file, prepare
 from dpreg.errors import DataError
 
 SETTINGS = settings(deadline=None, suppress_health_check=list(HealthCheck))
@@ -43,7 +43,7 @@ def _assert_user_error(res, *, contains=None):
 def _check_loaded(path, n_features=None):
     """Either a clean (X, y) or a one-line DataError - never anything else."""
     try:
-        X, y = load_file(str(path), n_features=n_features)
+        X, y, _ = load_file(str(path), Schema(n_features))
         X, y = prepare(X, y, labels="binary", where="data", d=n_features)
     except DataError as exc:
         assert "\n" not in str(exc) and str(exc)
@@ -158,7 +158,7 @@ OPTS = [
     (["--loss", "nope"], "valid loss names: logistic"),
     (["--accountant", "nope"], "valid accountant names: pld, rdp"),
     (["--data", "missing.svm"], "data file not found: missing.svm"),
-    (["--data", "nosuchset"], "built-in data sets: breast-cancer"),
+    (["--data", "nosuchset"], "built-in data sets: adult, breast-cancer"),
     (["--test-data", "missing.csv"], "test data file not found"),
     (["--param", "steps=-1"], "parameter 'steps' must be >= 1"),
     (["--param", "steps=abc"], "parameter 'steps' expects int"),
@@ -210,7 +210,7 @@ def test_cli_absurd_options(cli, workdir, opts, msg):
 def test_cli_test_data_dimension_mismatch(cli, workdir):
     (workdir / "wide.svm").write_text("1 1:0.5 9:0.1\n-1 1:-0.3 3:1\n")
     (workdir / "narrow.csv").write_text("1,0.5\n-1,0.2\n")
-    for te, msg in (("wide.svm", "more features than the training data"), ("narrow.csv", "1 features, but")):
+    for te, msg in (("wide.svm", "beyond the declared"), ("narrow.csv", "1 features, but")):
         res, new = _invoke(cli, workdir, ["--algo", "dp-gd", "--param", "steps=1", "--data", "ok.csv",
                                           "--test-data", te])
         _assert_user_error(res, contains=msg)

@@ -24,14 +24,14 @@ def _run(**kw):
 
 def test_above_threshold_selection_is_accounted_and_picks_an_iterate():
     rec = _run(select="above-threshold", alpha=0.2, select_share=0.2)
-    sel, pr = rec["selection"], rec["privacy"]
+    sel, pr = rec["diagnostics"]["selection"], rec["diagnostics"]["privacy"]
     assert sel["selector"] == "above-threshold" and sel["epsilon"] == pytest.approx(0.4)
     assert 0.99 * 2.0 <= pr["epsilon_spent"] <= 2.0 * (1 + 1e-9)   # run + selection = budget
     assert pr["global_events"] >= 1                                 # the selection's pure release
     assert sel["candidates"] == len(sel["steps"]) >= 2
     assert sel["index"] is not None                                 # alpha = 0.2 is easy here
     # the reported point is that candidate's: its gradient is small
-    assert rec["metrics"]["train_grad_norm"] <= 0.2 + 0.1
+    assert rec["diagnostics"]["metrics"]["train_grad_norm"] <= 0.2 + 0.1
 
 
 def test_selection_takes_its_share_from_the_run():
@@ -44,18 +44,18 @@ def test_selection_takes_its_share_from_the_run():
 def test_no_candidate_passes_falls_back_to_the_final_iterate():
     # a large selection budget makes the scan's noise small against the deficits
     rec = _run(select="above-threshold", alpha=1e-9, epsilon=8.0, select_share=0.5)
-    assert rec["selection"]["index"] is None and rec["selection"]["fallback_to_last"] is True
+    assert rec["diagnostics"]["selection"]["index"] is None and rec["diagnostics"]["selection"]["fallback_to_last"] is True
     # the output is the run's final iterate: its gradient norm is the last checkpoint's
-    last = rec["trajectory"]["checkpoints"]["grad_norm"][-1]
-    assert rec["metrics"]["train_grad_norm"] == pytest.approx(last, rel=1e-12)
+    last = rec["diagnostics"]["trajectory"]["checkpoints"]["grad_norm"][-1]
+    assert rec["diagnostics"]["metrics"]["train_grad_norm"] == pytest.approx(last, rel=1e-12)
 
 
 def test_exponential_selection_over_iterates():
     rec = _run(select="exponential", select_share=0.5, epsilon=8.0)
-    sel = rec["selection"]
+    sel = rec["diagnostics"]["selection"]
     assert sel["index"] is not None and 0 <= sel["index"] < sel["candidates"]
     assert sel["index"] > 0  # at eps 4 for the selection the first iterate (w = 0) is unlikely
-    assert rec["privacy"]["epsilon_spent"] <= 8.0 * (1 + 1e-9)
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 8.0 * (1 + 1e-9)
 
 
 def test_above_threshold_needs_alpha_before_anything_runs(tmp_path):
@@ -77,8 +77,8 @@ def test_cli_prints_and_records_the_selection(tmp_path):
     assert r.exit_code == 0, r.output
     assert "selection above-threshold" in r.output
     rec = json.loads(out.read_text())
-    assert rec["selection"]["selector"] == "above-threshold"
-    assert rec["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
+    assert rec["diagnostics"]["selection"]["selector"] == "above-threshold"
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
 
 
 def test_prepaid_matches_exactly_one_charge():

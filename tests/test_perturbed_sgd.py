@@ -257,9 +257,9 @@ def test_cli_run_with_tree_noise(tmp_path):
                                    "--param", "clip=1", "--out", str(out)])
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
-    assert rec["config"]["noise"] == "tree"
-    assert rec["privacy"]["epsilon_spent"] <= 1.0 + 1e-9
-    assert {"certified", "escape_tests", "escapes", "escape_attempts"} <= set(rec["run_info"])
+    assert rec["release"]["config"]["noise"] == "tree"
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 + 1e-9
+    assert {"certified", "escape_tests", "escapes", "escape_attempts"} <= set(rec["diagnostics"]["run_info"])
     info = CliRunner().invoke(cli, ["info", "perturbed-sgd"])
     assert info.exit_code == 0 and "escape_radius" in info.output and "sqrt(alpha/rho)" in info.output
 

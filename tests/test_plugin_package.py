@@ -47,8 +47,8 @@ def test_third_party_loss_runs(plugin_env, tmp_path):
                "synthetic-logistic:n=400,d=5", "--epsilon", "2", "--out", str(out))
     assert r.returncode == 0, r.stderr
     rec = json.loads(out.read_text())
-    assert rec["problem"]["loss"] == "huber"
-    assert rec["privacy"]["epsilon_spent"] <= 2.0
+    assert rec["diagnostics"]["problem"]["loss"] == "huber"
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 2.0
 
 
 def test_third_party_command_is_added(plugin_env):

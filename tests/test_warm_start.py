@@ -182,8 +182,8 @@ def test_warm_start_from_the_cli_pipeline_with_selection():
         algo="warm-start", loss="lowy-synthetic", data="lowy-synthetic:n=150,d=4", epsilon=2.0, seed=3,
         params=["warm=dp-sgd", "then=dp-sgd", "warm_params=steps=10,batch=150",
                 "then_params=steps=10,batch=30,step=0.2", "select=above-threshold", "alpha=0.3"]))
-    assert rec["privacy"]["relation"] == "add-remove"
-    assert rec["privacy"]["epsilon_spent"] == pytest.approx(2.0, rel=1e-4)
-    sel = rec["run_info"]["selection"]
+    assert rec["diagnostics"]["privacy"]["relation"] == "add-remove"
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] == pytest.approx(2.0, rel=1e-4)
+    sel = rec["diagnostics"]["run_info"]["selection"]
     assert sel["candidates"] >= 2 and 0.99 * 0.2 < sel["epsilon"] <= 0.2
-    assert rec["usage"]["iterations"] == 20
+    assert rec["diagnostics"]["usage"]["iterations"] == 20

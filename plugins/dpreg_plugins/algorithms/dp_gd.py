@@ -72,7 +72,9 @@ class DPGD(Algorithm):
     relation = "replace-one"
     honours_init = True
     params = COMMON + (
-        ParamSpec("steps", "int", 50, "number of iterations T", "practical default T=50", low=1),
+        ParamSpec("steps", "int", 200, "number of iterations T",
+                  "practical default T = 200 (chosen on adult's training accuracy: 0.828 at T = 100, "
+                  "0.835 at T = 200, eps = 1; the trust-region paper tunes DP-GD per data set)", low=1),
         NOISE_MULTIPLIER,
     )
 

@@ -1,0 +1,112 @@
+"""Released models: load them back, predict with them.
+
+A run's ``release.model`` (see :func:`dpreg.pipeline.model_dict`) holds
+everything prediction needs - the weights over the transformed features, the
+preprocessing that produced those features and the label map - so
+:class:`Model` repeats the preprocessing on raw records exactly as the run
+did.  Prediction is post-processing of a private release: it costs no
+privacy.  ``dpreg predict MODEL --data FILE`` and :func:`load_model` use it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import DpregError
+from .preprocess import Preprocessing
+
+
+@dataclass
+class Model:
+    """A released linear model (weights w over preprocessed records)."""
+
+    weights: np.ndarray
+    preprocessing: Preprocessing
+    loss: str
+    classifier: bool
+    label_map: dict | None = None
+    #: svmlight index base of the training files (None: not svmlight)
+    zero_based: bool | None = None
+
+    @classmethod
+    def from_release(cls, model: dict) -> "Model":
+        """From a record's ``release.model`` dict; DpregError if malformed."""
+        try:
+            if model.get("kind") != "linear":
+                raise DpregError(f"unknown model kind {model.get('kind')!r} (this dpreg reads 'linear')")
+            prep = Preprocessing.from_dict(model["preprocessing"])
+            w = np.asarray(model["weights"], dtype=float)
+            if w.shape != (prep.n_weights,) or not np.all(np.isfinite(w)):
+                raise DpregError(f"model weights must be {prep.n_weights} finite numbers")
+            return cls(w, prep, str(model["loss"]), bool(model["classifier"]), model.get("label_map"),
+                       model.get("zero_based"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DpregError(f"not a dpreg model: {type(exc).__name__}: {exc}") from None
+
+    @property
+    def n_features(self) -> int:
+        return self.preprocessing.n_features
+
+    def transform(self, X) -> np.ndarray:
+        """Raw records -> the features the weights apply to."""
+        return self.preprocessing.transform(X, where="prediction data")
+
+    def decision_function(self, X) -> np.ndarray:
+        """Margins <transform(x), w> (positive: the positive class)."""
+        return self.transform(X) @ self.weights
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted labels in the training data's raw label values (margin
+        > 0: positive; ties go to the negative class), or the margins for a
+        model that is not a classifier."""
+        m = self.decision_function(X)
+        if not self.classifier:
+            return m
+        neg, pos = ((self.label_map["negative"], self.label_map["positive"]) if self.label_map
+                    else (-1.0, 1.0))
+        return np.where(m > 0, pos, neg)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """(n, 2) class probabilities [P(negative), P(positive)] for the
+        logistic losses (the sigmoid of the margin); DpregError otherwise."""
+        if not self.loss.startswith("logistic"):
+            raise DpregError(f"loss {self.loss!r} defines no class probabilities (logistic losses do)")
+        m = self.decision_function(X)
+        p = np.empty_like(m)
+        pos = m >= 0
+        p[pos] = 1.0 / (1.0 + np.exp(-m[pos]))
+        e = np.exp(m[~pos])
+        p[~pos] = e / (1.0 + e)
+        return np.column_stack([1.0 - p, p])
+
+
+def load_model(path_or_record) -> Model:
+    """The model of a ``dpreg run`` record (a path to its JSON, a record dict,
+    or a release dict).  DpregError for anything that is not one."""
+    rec = path_or_record
+    if isinstance(rec, str):
+        try:
+            with open(rec, encoding="utf-8") as fh:
+                rec = json.load(fh)
+        except FileNotFoundError:
+            raise DpregError(f"model file not found: {path_or_record}") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise DpregError(f"cannot read model {path_or_record}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(rec, dict):
+        raise DpregError("not a dpreg record")
+    if "release" in rec:
+        rec = rec["release"]
+    if "model" not in rec:
+        raise DpregError("not a dpreg record (no release.model)")
+    return Model.from_release(rec["model"])
+
+
+def write_predictions(path: str, labels: np.ndarray, margins: np.ndarray) -> None:
+    """CSV ``prediction,margin`` per record, written atomically."""
+    from .results import write_atomic
+
+    lines = ["prediction,margin"] + [f"{a:g},{m:.17g}" for a, m in zip(labels, margins)]
+    write_atomic(path, "\n".join(lines))
+

@@ -1,0 +1,178 @@
+"""Record preprocessing that is part of the released model.
+
+Every record goes through the same three public steps, in order, before the
+model sees it; :class:`Preprocessing` holds them and is released with the
+model, so :meth:`Preprocessing.transform` repeats them exactly at prediction
+time:
+
+1. **feature map** (optional), per column j: ``x_j <- x_j / s_j`` clipped to
+   ``[-1, 1]``, with ``s_j`` from
+
+   * public, declared bounds (``--bounds FILE``: per column ``lower, upper``;
+     the map is then ``(2 x_j - lower_j - upper_j) / (upper_j - lower_j)``
+     clipped to ``[-1, 1]``, as diffprivlib's ``bounds=``), or
+   * a private estimate (``--scaling private``): the geometric mean of each
+     column's non-zero magnitudes, from Gaussian-noised sums of
+     ``clip(log10|x_ij|, -6, 6)`` and of non-zero indicators
+     (:func:`private_scales`), charged to the run's one accountant before the
+     run, which calibrates to what is left;
+2. **row scaling** into the unit ball, ``x <- x / max(1, |x|)`` (always: it is
+   what makes the losses' declared constants hold for every record);
+3. **intercept column** (``fit_intercept``, on by default for classifiers): a
+   constant feature ``intercept_scaling`` appended to every record, so the bias
+   is one more coordinate of ``w`` inside every clipped per-record gradient,
+   Hessian and Hessian-vector product - privacy is unchanged, and the row
+   norm bound becomes ``sqrt(1 + intercept_scaling^2)`` (:attr:`row_bound`),
+   which scales the loss constants (:meth:`dpreg.problem.Problem.constants`).
+
+Nothing here reads the data except the private estimate, which is accounted.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .errors import DataError, ParameterError
+
+#: feature-map modes of ``--scaling`` ("auto": the data set's declared bounds
+#: if it declares any, else none)
+MODES = ("auto", "none", "bounds", "private")
+#: log10 magnitudes are clipped to this range by the private estimate
+LOG_RANGE = (-6.0, 6.0)
+
+
+@dataclass
+class Preprocessing:
+    """The public preprocessing of a model (see module docstring)."""
+
+    n_features: int
+    feature_map: str = "none"
+    lower: list[float] | None = None
+    upper: list[float] | None = None
+    intercept: bool = True
+    intercept_scaling: float = 1.0
+
+    def __post_init__(self):
+        if self.feature_map not in MODES[1:]:
+            raise ParameterError(f"feature map must be one of {', '.join(MODES)}, got {self.feature_map!r}")
+        if self.feature_map != "none":
+            lo = np.asarray(self.lower, dtype=float)
+            hi = np.asarray(self.upper, dtype=float)
+            if lo.shape != (self.n_features,) or hi.shape != (self.n_features,):
+                raise ParameterError(f"bounds need {self.n_features} lower and upper values, "
+                                     f"got {lo.size} and {hi.size}")
+            if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi)) and np.all(hi > lo)):
+                raise ParameterError("bounds need finite lower < upper for every feature")
+        if not (math.isfinite(self.intercept_scaling) and self.intercept_scaling > 0):
+            raise ParameterError(f"intercept scaling must be a finite number > 0, got {self.intercept_scaling!r}")
+
+    @property
+    def row_bound(self) -> float:
+        """Largest norm of a transformed record."""
+        return math.sqrt(1.0 + self.intercept_scaling ** 2) if self.intercept else 1.0
+
+    @property
+    def n_weights(self) -> int:
+        """Length of the model's weight vector."""
+        return self.n_features + int(self.intercept)
+
+    def transform(self, X, *, where: str = "data", in_place: bool = False) -> np.ndarray:
+        """The model's view of raw records ``X`` (n x n_features): feature map,
+        unit-ball row scaling, intercept column.  Validates shape and finiteness.
+        ``in_place`` lets it overwrite a float64 C-contiguous ``X`` it owns."""
+        from .data import prepare
+
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.n_features:
+            raise DataError(f"{where}: expected {self.n_features} features, got shape {X.shape}")
+        if self.feature_map != "none":
+            lo = np.asarray(self.lower)
+            hi = np.asarray(self.upper)
+            X = np.clip((2.0 * X - lo - hi) / (hi - lo), -1.0, 1.0)
+            in_place = True
+        X, _ = prepare(X, np.zeros(X.shape[0]), labels="ignored", where=where, copy=not in_place,
+                       min_rows=1)
+        if self.intercept:
+            X = np.hstack([X, np.full((X.shape[0], 1), self.intercept_scaling)])
+        return np.ascontiguousarray(X)
+
+    def as_dict(self) -> dict:
+        out = asdict(self)
+        out["row_scaling"] = "unit ball: x / max(1, |x|)"
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Preprocessing":
+        keys = ("n_features", "feature_map", "lower", "upper", "intercept", "intercept_scaling")
+        return cls(**{k: d[k] for k in keys if k in d})
+
+
+def read_bounds(path: str, n_features: int) -> tuple[list[float], list[float]]:
+    """Per-feature public bounds from a CSV file: either two rows (lower values,
+    upper values) or ``n_features`` rows ``lower,upper``.  DataError otherwise."""
+    try:
+        A = np.loadtxt(path, delimiter=",", ndmin=2, encoding="utf-8-sig")
+    except (OSError, ValueError) as exc:
+        raise DataError(f"cannot read bounds file {path}: {str(exc).splitlines()[0]}") from None
+    if A.shape == (2, n_features):
+        lo, hi = A[0], A[1]
+    elif A.shape == (n_features, 2):
+        lo, hi = A[:, 0], A[:, 1]
+    else:
+        raise DataError(f"bounds file {path}: expected 2 rows of {n_features} values or {n_features} rows "
+                        f"'lower,upper', got shape {A.shape}")
+    return [float(v) for v in lo], [float(v) for v in hi]
+
+
+def scale_event(noise_multiplier: float):
+    """The exposure of one record to :func:`private_scales`: two Gaussian
+    releases (log-magnitude sums and non-zero counts) at multiplier z."""
+    from .accounting import gaussian_event, self_composed
+
+    return self_composed(gaussian_event(noise_multiplier), 2)
+
+
+def private_scales(X: np.ndarray, accountant, rng: np.random.Generator, epsilon: float,
+                   ) -> tuple[list[float], list[float], dict]:
+    """Per-feature symmetric bounds ``[-s_j, s_j]`` with ``s_j`` a private
+    estimate of the geometric mean of column j's non-zero magnitudes.
+
+    Two sums over records of d-vectors are released with Gaussian noise:
+    ``a_i = clip(log10|x_ij|, -6, 6)`` on non-zeros (0 elsewhere) and the
+    non-zero indicators ``c_i``; per record ``|a_i| <= 6 sqrt(d)`` and
+    ``|c_i| <= sqrt(d)``, so each sum has l2 sensitivity ``factor`` times that
+    (``factor`` 2 under replace-one, 1 under zero-out).  The noise multiplier is
+    calibrated so the two releases spend ``epsilon`` of ``accountant`` (charged
+    before the releases).  A column whose noisy count is below 1 gets scale 1.
+    Returns ``(lower, upper, info)``.
+    """
+    from .accounting import gaussian_event
+    from .interfaces import Participation, charge
+
+    X = np.asarray(X, dtype=np.float64)
+    n, d = X.shape
+    view = accountant.view(epsilon, accountant.delta)
+    z = view.calibrate(scale_event)
+    f = accountant.sensitivity_factor
+    bound = max(abs(LOG_RANGE[0]), abs(LOG_RANGE[1]))
+    sums = np.zeros(d)
+    counts = np.zeros(d)
+    for lo in range(0, n, 8192):  # no (n x d) temporary beyond a block
+        B = X[lo:lo + 8192]
+        nz = B != 0
+        with np.errstate(divide="ignore"):
+            lg = np.clip(np.log10(np.abs(B)), *LOG_RANGE)
+        sums += np.where(nz, lg, 0.0).sum(axis=0)
+        counts += nz.sum(axis=0)
+    out = []
+    for vec, sens in ((sums, f * bound * math.sqrt(d)), (counts, f * math.sqrt(d))):
+        charge(view, gaussian_event(z), Participation.all(), label="private feature scales")
+        out.append(vec + rng.standard_normal(d) * (z * sens))
+    nsum, ncount = out
+    ok = ncount >= 1.0
+    logs = np.where(ok, np.clip(nsum / np.maximum(ncount, 1.0), *LOG_RANGE), 0.0)
+    s = 10.0 ** logs
+    return ([float(-v) for v in s], [float(v) for v in s],
+            {"epsilon": epsilon, "noise_multiplier": z, "releases": 2})
