@@ -45,6 +45,7 @@ floating-point summation order).
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import ClassVar
 
@@ -57,15 +58,19 @@ from dpreg.interfaces import Participation
 from .single_participation import SingleParticipationMechanism, refuse_non_disjoint
 
 
+@functools.lru_cache(maxsize=8)
+def _coefficients(n: int) -> np.ndarray:
+    k = np.arange(1, n, dtype=float)
+    c = np.concatenate(([1.0], np.cumprod((2 * k - 1) / (2 * k))))[:n]
+    c.setflags(write=False)
+    return c
+
+
 def sqrt_coefficients(n: int) -> np.ndarray:
     """The first ``n`` coefficients c_k = binom(2k, k) / 4^k of the square root
-    of the prefix-sum matrix (c_0 = 1, c_k = c_{k-1} (2k - 1) / (2k))."""
-    c = np.empty(int(n))
-    if n:
-        c[0] = 1.0
-    for k in range(1, int(n)):
-        c[k] = c[k - 1] * (2 * k - 1) / (2 * k)
-    return c
+    of the prefix-sum matrix (c_0 = 1, c_k = c_{k-1} (2k - 1) / (2k)); a
+    read-only array, cached (calibration builds many mechanisms of one horizon)."""
+    return _coefficients(int(n))
 
 
 def column_norm(horizon: int) -> float:
