@@ -21,15 +21,11 @@ import numpy as np
 from dpreg.errors import ParameterError
 from dpreg.interfaces import NoiseMechanism, Participation
 
+from .tree import _seed_words as seed_words  # one derivation of the seed words for every mechanism
+
 
 class DisjointOnlyError(ParameterError, ValueError):
     """Participation a single-participation mechanism cannot account for."""
-
-
-def seed_words(seed) -> list[int]:
-    """Four 32-bit words identifying the (secret) run seed: an int or a SeedSequence."""
-    ss = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(int(seed))
-    return [int(x) for x in ss.generate_state(4)]
 
 
 def refuse_non_disjoint(name: str, participation_kind: str) -> None:

@@ -105,7 +105,9 @@ class SqrtFactorizationMechanism(SingleParticipationMechanism):
         self._smax = 0.0
 
     def stored_vectors(self) -> int:
-        """d-vectors currently held: the exact sum, plus the cached noise rows."""
+        """d-vectors in use: the exact sum, plus the cached noise rows written so
+        far (the cache is allocated H x d up front; pages are touched as rows are
+        written)."""
         return 1 + (len(self._sigma) if self.cached else 0)
 
     def row_noise(self, j: int) -> np.ndarray:
