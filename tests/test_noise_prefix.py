@@ -361,3 +361,13 @@ def test_audit_adaptive_spider_with_sqrt_factorization():
     bad = run_audit(AuditConfig(algo="adaptive-spider", noise="sqrt-factorization", trials=150, epsilon=1.0,
                                 seed=5, fault="noise-scale=0.01"))
     assert bad.violated, bad.as_dict()
+
+
+@pytest.mark.parametrize("cls", MECHS)
+def test_bad_input_refused_before_charging(cls):
+    mech, acc = make(cls)
+    for inc, s in ((np.ones(3), float("nan")), (np.ones(3), -1.0), (np.ones(3), float("inf")), (np.ones(4), 1.0)):
+        with pytest.raises(ValueError):
+            mech.add(inc, s, Participation.disjoint("g"))
+    assert acc.n_charges == 0 and mech.steps == 0
+    mech.add(np.ones(3), 1.0, Participation.disjoint("g"))  # nothing was marked used
