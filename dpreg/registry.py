@@ -27,6 +27,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.oracles.spider",
     "dpreg_plugins.noise.gaussian",
     "dpreg_plugins.noise.tree",
+    "dpreg_plugins.noise.tree_honaker",
+    "dpreg_plugins.noise.sqrt_factorization",
     "dpreg_plugins.accountants.dp_accounting",
     "dpreg_plugins.datasets.sources",
     "dpreg_plugins.algorithms.dp_gd",

@@ -154,7 +154,7 @@ OPTS = [
     (["--delta", "2"], "delta must be in (0, 1)"),
     (["--delta", "nan"], "delta must be in (0, 1)"),
     (["--algo", "nope"], "valid algorithm names: adaptive-spider, dp-gd"),
-    (["--algo", "dp-spider", "--noise", "nope"], "valid noise names: gaussian, tree"),
+    (["--algo", "dp-spider", "--noise", "nope"], "valid noise names: gaussian, sqrt-factorization, tree, tree-honaker"),
     (["--loss", "nope"], "valid loss names: logistic"),
     (["--accountant", "nope"], "valid accountant names: pld, rdp"),
     (["--data", "missing.svm"], "data file not found: missing.svm"),

@@ -78,7 +78,19 @@ def _dyadic_nodes(t):
     return out
 
 
-def _expected_prefix_std(name, z, sens, t, kind):
+def _honaker_var(s, lo, hi, z):
+    """Variance of tree-honaker's estimate of dyadic node lo..hi (1-based):
+    its own noise (z * max of its leaves' sens)^2 combined by inverse
+    variance with the sum of its children's estimates."""
+    own = (z * s[lo - 1:hi].max()) ** 2
+    if lo == hi:
+        return own
+    mid = (lo + hi) // 2
+    kids = _honaker_var(s, lo, mid, z) + _honaker_var(s, mid + 1, hi, z)
+    return 1.0 / (1.0 / own + 1.0 / kids)
+
+
+def _expected_prefix_std(name, z, sens, t, kind, horizon):
     """Std of the noise in the release after add t, from the mechanism's privacy argument."""
     s = np.asarray(sens[:t], dtype=float)
     if name == "gaussian":  # every increment carries its own N(0, (z s_i)^2)
@@ -89,7 +101,37 @@ def _expected_prefix_std(name, z, sens, t, kind):
             leaf = s[lo - 1:hi]
             var += (z * (leaf.max() if kind == "disjoint" else leaf.sum())) ** 2
         return math.sqrt(var)
+    if name == "tree-honaker":  # every dyadic node released; GLS over the decomposition nodes
+        return math.sqrt(sum(_honaker_var(s, lo, hi, z) for lo, hi in _dyadic_nodes(t)))
+    if name == "sqrt-factorization":  # row j: noise z |C|_col max_{i<=j} s_i, mixed by c_{t-j}
+        c = [math.comb(2 * k, k) / 4.0 ** k for k in range(horizon)]
+        col2 = sum(ck * ck for ck in c)
+        smax = np.maximum.accumulate(s)
+        return z * math.sqrt(col2 * sum(c[t - j] ** 2 * smax[j - 1] ** 2 for j in range(1, t + 1)))
     raise AssertionError(f"no reference for noise {name!r}: add one to this test")
+
+
+def _refuses_global(cls):
+    """Whether mechanism ``cls`` refuses non-disjoint participation ("all" and
+    "poisson": a ValueError naming it on the first add, nothing charged), as the
+    single-participation mechanisms do; False if it accepts both."""
+    verdicts = []
+    for part in (Participation.all(), Participation.poisson(0.5)):
+        acc = Recorder()
+        mech = cls(dim=1, noise_multiplier=1.0, horizon=2, accountant=acc, seed=0)
+        try:
+            mech.add(np.zeros(1), 1.0, part)
+            verdicts.append(False)
+        except ValueError as e:
+            assert cls.name in str(e) and not acc.events and mech.steps == 0
+            verdicts.append(True)
+    assert verdicts[0] == verdicts[1], "refuse all and poisson alike"
+    return verdicts[0]
+
+
+def _participation(cls, t):
+    """"all" where the mechanism takes it, else a fresh disjoint group."""
+    return Participation.disjoint(("t", t)) if _refuses_global(cls) else Participation.all()
 
 
 NOISES = get_registry().names("noise")
@@ -97,7 +139,7 @@ NOISES = get_registry().names("noise")
 
 def test_every_registered_noise_has_a_reference():
     for name in NOISES:
-        _expected_prefix_std(name, 1.0, [1.0], 1, "all")
+        _expected_prefix_std(name, 1.0, [1.0], 1, "disjoint", 1)
 
 
 @pytest.mark.parametrize("kind", ["all", "disjoint"])
@@ -106,6 +148,8 @@ def test_noise_distribution(name, kind):
     """Prefix-sum noise is N(0, sigma_t^2) with the sigma_t the accounting
     assumes; the same samples reject sigma_t x 2/3 and x 3/2."""
     cls = get_registry().get("noise", name)
+    if kind == "all" and _refuses_global(cls):
+        return  # single participation only: the refusal is what _refuses_global asserted
     dim, T, z = 4000, 7, 1.7
     sens = [0.5, 1.0, 2.0, 0.25, 1.0, 3.0, 0.75]
     acc = Recorder()
@@ -118,7 +162,7 @@ def test_noise_distribution(name, kind):
         total += inc
         part = Participation.all() if kind == "all" else Participation.disjoint(("g", t))
         out = mech.add(inc, sens[t - 1], part)
-        normalized.append((out - total) / _expected_prefix_std(name, z, sens, t, kind))
+        normalized.append((out - total) / _expected_prefix_std(name, z, sens, t, kind, T))
     right, wrong = _ks_scales(np.concatenate(normalized))
     assert right > 1e-3
     assert max(wrong) < 1e-6
@@ -127,6 +171,8 @@ def test_noise_distribution(name, kind):
     for ev, group in acc.events:
         inner = getattr(ev, "event", ev)
         assert inner == gaussian_event(z)
+        if name == "tree-honaker":  # a leaf lies in one node per level
+            assert ev.count == T.bit_length()
         assert (group is None) == (kind == "all")
 
 
@@ -144,7 +190,7 @@ def test_noise_increments_independent_of_data(name):
         for t in range(5):
             inc = rng.standard_normal(50) * 10 ** data_seed
             total += inc
-            noise.append(mech.add(inc, 1.0, Participation.all()) - total)
+            noise.append(mech.add(inc, 1.0, _participation(cls, t)) - total)
         outs.append(np.array(noise))
     np.testing.assert_allclose(outs[0], outs[1], rtol=0, atol=1e-9)
 
@@ -375,5 +421,5 @@ def test_accountant_charges_before_noise_release():
         from dpreg.errors import BudgetExceededError
 
         with pytest.raises(BudgetExceededError):
-            mech.add(np.ones(3), 1.0, Participation.all())
+            mech.add(np.ones(3), 1.0, _participation(cls, 0))
         assert mech.steps == 0 and acc.n_charges == 0
