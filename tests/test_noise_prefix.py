@@ -311,15 +311,15 @@ def test_cli_adaptive_spider_within_budget(noise, tmp_path):
                                  "--out", str(out)], catch_exceptions=False)
     assert r.exit_code == 0, r.output
     rec = json.loads(out.read_text())
-    assert 0.5 < rec["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
-    assert rec["config"]["noise"] == noise and np.all(np.isfinite(rec["w"]))
+    assert 0.5 < rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
+    assert rec["release"]["config"]["noise"] == noise and np.all(np.isfinite(rec["release"]["model"]["weights"]))
 
 
 @pytest.mark.parametrize("noise", ["tree-honaker", "sqrt-factorization"])
 def test_perturbed_sgd_within_budget(noise):
     rec = dpreg.run(algo="perturbed-sgd", noise=noise, **RUN)
-    assert 0.5 < rec["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
-    assert rec["run_info"]["noise"] == noise and np.all(np.isfinite(rec["w"]))
+    assert 0.5 < rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
+    assert rec["diagnostics"]["run_info"]["noise"] == noise and np.all(np.isfinite(rec["release"]["model"]["weights"]))
 
 
 def test_resampling_algorithm_refuses_clearly(tmp_path):
