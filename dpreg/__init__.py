@@ -2,20 +2,53 @@
 
 Find first- and second-order stationary points of empirical and population
 losses under (epsilon, delta)-DP with the algorithms of recent papers, each
-reachable by name through a pluggy registry.  Python entry point:
-:func:`dpreg.run` (same options as ``dpreg run``).
+reachable by name through a pluggy registry.  Python entry points:
+:func:`dpreg.run` (the options of ``dpreg run``) and :func:`dpreg.load_model`.
 """
 from __future__ import annotations
+
+from typing import Any, Callable
 
 from .hookspecs import hookimpl
 
 __version__ = "0.1.0"
-__all__ = ["hookimpl", "run", "__version__"]
+__all__ = ["hookimpl", "run", "load_model", "__version__"]
 
 
-def run(**options):
-    """Run one pipeline; same options as ``dpreg run`` (see
-    :class:`dpreg.pipeline.RunConfig`).  Returns the JSON-ready record."""
+def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = "logistic",
+        data: Any = "adult", test_data: Any = None, test_fraction: float | None = None,
+        epsilon: float = 1.0, delta: float | None = None, accountant: str = "rdp",
+        params: dict[str, Any] | list[str] | None = None, seed: int | None = None, split_seed: int = 0,
+        features: int | None = None, zero_based: bool | None = None, labels: Any = None,
+        intercept: bool | None = None, scaling: str = "auto", bounds: str | None = None,
+        scaling_share: float = 0.1, alpha: float | None = None, select: str | None = None,
+        select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
+        progress: Callable[[int, int], None] | None = None,
+        warn: Callable[[str], None] | None = None) -> dict:
+    """Run one pipeline, exactly as ``dpreg run`` does, and return its record
+    (``{"release": ..., "diagnostics": ...}``).
+
+    ``data`` / ``test_data``: a data-set name, a file path, or an ``(X, y)``
+    pair of arrays (numpy or scipy.sparse).  ``seed=None`` (the default) draws
+    the mechanisms' randomness from OS entropy; an integer is the reproducible
+    research mode (keep it secret).  Every user error raises
+    :class:`dpreg.errors.DpregError`.  See :class:`dpreg.pipeline.RunConfig`
+    for the other options.
+    """
     from .pipeline import RunConfig, run_pipeline
 
-    return run_pipeline(RunConfig(**options))
+    return run_pipeline(RunConfig(
+        algo=algo, noise=noise, loss=loss, data=data, test_data=test_data, test_fraction=test_fraction,
+        epsilon=epsilon, delta=delta, accountant=accountant, params=params if params is not None else {},
+        seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
+        intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share, alpha=alpha,
+        select=select, select_share=select_share, out=out, diagnostics=diagnostics, progress=progress,
+        warn=warn))
+
+
+def load_model(path_or_record):
+    """The released model of a run record (path, record or release dict):
+    ``.predict(X)``, ``.decision_function(X)``, ``.predict_proba(X)``."""
+    from .model import load_model as _load
+
+    return _load(path_or_record)

@@ -321,8 +321,12 @@ def info(name):
                                "(depends on them)"
                 except DpregError:
                     relation = "depends on the parameters"
-            click.echo(f"  data access: {obj.data_access}; neighbouring relation: {relation}; "
-                       f"takes --noise: {'yes' if obj.uses_noise else 'no'}")
+            from .pipeline import RELATION_TEXT
+
+            text = RELATION_TEXT.get(relation.split(" ")[0], relation)
+            click.echo(f"  data access: {obj.data_access}; takes --noise: {'yes' if obj.uses_noise else 'no'}")
+            click.echo(f"  neighbouring relation: {text}" + (relation[len(relation.split(' ')[0]):]
+                                                             if relation.split(" ")[0] in RELATION_TEXT else ""))
         if e.kind == "loss":
             click.echo(f"  labels: {obj.labels}; feasible radius: {obj.radius}")
             doc = (type(obj).__doc__ or "").strip()
