@@ -15,7 +15,7 @@ import numpy as np
 
 from dpreg import hookimpl
 from dpreg.accounting import gaussian_event, poisson_sampled, self_composed
-from dpreg.interfaces import Algorithm, RunOutput, charge
+from dpreg.interfaces import Algorithm, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.problem import project
 from dpreg.trajectory import OutputChoice, Trajectory
@@ -57,8 +57,11 @@ class DPSGD(Algorithm):
         else:
             def step_event(z):
                 return poisson_sampled(q, gaussian_event(z))
-        z = plan_noise(self.accountant, lambda z: self_composed(step_event(z), T),
-                       self.p.get("noise_multiplier"))
+
+        def plan_event(z):
+            return self_composed(step_event(z), T)
+
+        z = plan_noise(self.accountant, plan_event, self.p.get("noise_multiplier"))
         from dpreg.access import Resample
 
         access = Resample(pb.n, self.rng("dp-sgd sampling"))
@@ -68,9 +71,12 @@ class DPSGD(Algorithm):
         traj = Trajectory(T)
         traj.log(0, w)
         factor = self.accountant.sensitivity_factor
+        # the plan is fixed (T steps, rate q, multiplier z): its T releases are
+        # charged at once, before the first one (a per-step charge cost ~70 us,
+        # more than a step's work); the accountant refuses here if they do not fit
+        self.accountant.charge(plan_event(z), None, label=f"dp-sgd: {T} steps, charged before the first")
         for t in range(1, T + 1):
-            idx, part = access.poisson(q)
-            charge(self.accountant, gaussian_event(z), part, label="dp-sgd step")
+            idx, _ = access.poisson(q)
             s, _ = pb.clipped_grad_sum(w, idx, clip) if len(idx) else (np.zeros(pb.d), 0)
             g = (s + noise_rng.standard_normal(pb.d) * (z * factor * clip)) / b
             w = project(w - step * g, radius)
