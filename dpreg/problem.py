@@ -207,7 +207,7 @@ class Problem:
         r = self._psi_grad(w)
         ix, full, rows = self._batch(idx)
         if self._csr is not None:
-            return self._fast(self._ks.grad_sum, rows * self._row_nnz)(*self._csr, self.y, ix, full, w, r,
+            return self._fast(self._ks.grad_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w, r,
                                                                        self._refs[1], _inner(clip))
         return self._fast(self._k.grad_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, r,
                                                            self._refs[1], _inner(clip))
@@ -221,7 +221,8 @@ class Problem:
         rp = self._psi_grad(wp)
         ix, full, rows = self._batch(idx)
         if self._csr is not None:
-            return self._fast(self._ks.diff_sum, rows * self._row_nnz)(*self._csr, self.y, ix, full, w, wp, r, rp,
+            return self._fast(self._ks.diff_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w, wp,
+                                                                       r, rp,
                                                                        self._refs[1], _inner(clip))
         return self._fast(self._k.diff_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, wp, r, rp,
                                                            self._refs[1], _inner(clip))

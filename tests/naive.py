@@ -95,7 +95,7 @@ def hessian_sum(loss, X, y, idx, w):
 # ------------------------------------------------------------------ CSR kernels
 def _csr_clip_norms2(X, a, r):
     """Per-row squared norm the CSR kernels clip by (dpreg_kernels.sparse): exact
-    |a_i x_i|^2 when r = 0, else the bound sum_{j in supp x_i} (a_i x_ij + r_j)^2 + |r|^2."""
+    a_i^2 |x_i|^2 when r = 0, else the bound sum_{j in supp x_i} (a_i x_ij + r_j)^2 + |r|^2."""
     X = X.tocsr()
     rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
     rr = float(r @ r)

@@ -2,9 +2,9 @@
 
 ``X`` is given as its CSR arrays ``data`` (float64[nnz]), ``indices``
 (int64[nnz], column numbers, sorted within each row, no duplicates) and
-``indptr`` (int64[n+1]); everything else (``y``, ``idx``/``full``, ``w``,
-``r``, the loss's scalar functions, chunking, return values) is as in the
-dense kernels.  A row costs O(its non-zeros), never O(d) - except the
+``indptr`` (int64[n+1]); everything else (``y``, ``nx``, ``idx``/``full``,
+``w``, ``r``, the loss's scalar functions, return values) is as in the dense
+kernels; chunks as there, but at most one per 4 d non-zeros of the batch.  A row costs O(its non-zeros), never O(d) - except the
 per-chunk accumulators of the gradient kernels, which are d-vectors
 (O(chunks x d) memory, as for dense data).
 
@@ -13,7 +13,8 @@ sum of squares of the actual term, never by the expanded form
 ``a^2 |x|^2 + 2a<x,r> + |r|^2`` (which cancels):
 
 * no data-independent term (``r = 0``, the plain losses): ``|g|^2 =
-  sum_{j in supp x} (a x_j)^2``, exact up to rounding of non-negative terms;
+  a^2 |x|^2`` with ``|x|^2 = nx[i]`` the row's sum of squares (``row_sqnorms``):
+  a product of squares, exact up to rounding, no cancellation;
 * with one (``r != 0``): the bound ``sum_{j in supp x} (a x_j + r_j)^2 +
   |r|^2 >= |g|^2`` (the off-support coordinates of ``g`` are ``r_j``, whose
   squares sum to at most ``|r|^2``).  Clipping by a bound scales a term by
@@ -30,16 +31,36 @@ from __future__ import annotations
 import numpy as np
 from numba import prange, types
 
+from .config import jit_inline
 from .linear_model import Idx, Kernel, ScalarFn, Vec, _over, _scale, f8, i8, n_chunks
 
 
-def _csr_grad_sum(data, indices, indptr, y, idx, full, w, r, dphi, clip):
+def _csr_chunks(indptr, idx, full, b, d):
+    """Chunks for a CSR batch: :func:`n_chunks` of the batch, but at most one
+    per 4 d non-zeros of the batch (each chunk keeps a d-vector accumulator that
+    is zeroed and reduced: for wide data, 64 of them would cost more than the
+    rows).  A function of the batch alone: results do not depend on the
+    thread count."""
+    nc = n_chunks(b)
+    if full:
+        nnz = indptr[indptr.shape[0] - 1]
+    else:
+        nnz = 0
+        for t in range(b):
+            nnz += indptr[idx[t] + 1] - indptr[idx[t]]
+    cap = nnz // (4 * d)
+    if cap < 1:
+        cap = 1
+    return nc if nc < cap else cap
+
+
+def _csr_grad_sum(data, indices, indptr, y, nx, idx, full, w, r, dphi, clip):
     """Sum over the batch of ``min(1, clip/|g_i|) g_i``, ``g_i = dphi(<x_i,w>, y_i) x_i + r``
     (clip factor from the module docstring's norm); ``(sum, n_clipped)``."""
     n = indptr.shape[0] - 1
     d = w.shape[0]
     b = n if full else idx.shape[0]
-    nc = n_chunks(b)
+    nc = _csr_chunks(indptr, idx, full, b, d)
     step = (b + nc - 1) // nc
     part = np.zeros((nc, d))
     coef = np.zeros(nc)
@@ -68,9 +89,7 @@ def _csr_grad_sum(data, indices, indptr, y, idx, full, w, r, dphi, clip):
                     g2 += v * v
                 g2 += rr
             else:
-                for p in range(lo, hi):
-                    v = a * data[p]
-                    g2 += v * v
+                g2 = (a * a) * nx[i]
             k += _over(g2, clip2)
             s = _scale(g2, clip, clip2)
             if s != 0.0:
@@ -94,14 +113,14 @@ def _csr_grad_sum(data, indices, indptr, y, idx, full, w, r, dphi, clip):
     return out, nclip
 
 
-def _csr_diff_sum(data, indices, indptr, y, idx, full, w, wp, r, rp, dphi, clip):
+def _csr_diff_sum(data, indices, indptr, y, nx, idx, full, w, wp, r, rp, dphi, clip):
     """Sum over the batch of the clipped per-record gradient difference
     ``(a_i - a'_i) x_i + (r - rp)`` (see :func:`dpreg_kernels.linear_model._diff_sum`);
     ``(sum, n_clipped)``."""
     n = indptr.shape[0] - 1
     d = w.shape[0]
     b = n if full else idx.shape[0]
-    nc = n_chunks(b)
+    nc = _csr_chunks(indptr, idx, full, b, d)
     step = (b + nc - 1) // nc
     part = np.zeros((nc, d))
     coef = np.zeros(nc)
@@ -137,9 +156,7 @@ def _csr_diff_sum(data, indices, indptr, y, idx, full, w, wp, r, rp, dphi, clip)
                     g2 += v * v
                 g2 += rr
             else:
-                for p in range(lo, hi):
-                    v = a * data[p]
-                    g2 += v * v
+                g2 = (a * a) * nx[i]
             k += _over(g2, clip2)
             s = _scale(g2, clip, clip2)
             if s != 0.0:
@@ -270,8 +287,10 @@ def _csr_clipped_hessian_sum(data, indices, indptr, y, idx, w, d2phi, clip):
 
 
 _CSR = (Vec, Idx, Idx)
-grad_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Idx, types.boolean, Vec, Vec, ScalarFn, f8), _csr_grad_sum)
-diff_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Idx, types.boolean, Vec, Vec, Vec, Vec, ScalarFn, f8),
+_csr_chunks = jit_inline(_csr_chunks)
+grad_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, ScalarFn, f8),
+                  _csr_grad_sum)
+diff_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, Vec, Vec, ScalarFn, f8),
                   _csr_diff_sum)
 row_sqnorms = Kernel(Vec(Vec, Idx), _csr_row_sqnorms)
 phi_sum = Kernel(f8(*_CSR, Vec, Idx, Vec, ScalarFn), _csr_phi_sum)
