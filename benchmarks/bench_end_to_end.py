@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import SHARED_DATA
@@ -148,3 +149,186 @@ def test_compile_cold_then_cached(benchmark, tmp_path):
     benchmark.extra_info.update({"kind": "compile", "command": "dpreg run", "cold_wall_s": cw,
                                  "cold_compile_s": cc, "warm_wall_s": ww, "warm_compile_s": wc})
     assert wc < cc
+
+
+# ------------------------------------------------ per-step race against numpy
+# The target of issue 13: the run phase of dp-sgd (and of dp-spider) on IJCNN1
+# against a plain-numpy loop doing the same steps (same sampling rate, steps,
+# clip, noise multiplier, step size), idle and under a concurrent load of 2
+# busy processes that the benchmark starts itself.
+
+def numpy_dp_sgd(X, y, q, T, z, clip, step, seed=0):
+    """Plain-numpy DP-SGD, logistic loss: Poisson sampling by n uniforms, per-row
+    gradients clipped to ``clip``, Gaussian noise ``z clip``, divided by q n."""
+    rng = np.random.default_rng(seed)
+    n, d = X.shape
+    b = q * n
+    w = np.zeros(d)
+    for _ in range(T):
+        idx = np.flatnonzero(rng.random(n) < q)
+        Xb, yb = X[idx], y[idx]
+        a = -yb / (1.0 + np.exp(yb * (Xb @ w)))                       # dphi of the logistic loss
+        norms = np.abs(a) * np.sqrt(np.einsum("ij,ij->i", Xb, Xb))
+        a *= np.minimum(1.0, clip / np.maximum(norms, 1e-300))        # clip each record's gradient
+        g = (Xb.T @ a + rng.standard_normal(d) * (z * clip)) / b
+        w -= step * g
+    return w
+
+
+def numpy_dp_spider(X, y, T, phase, z, factor, clip, M, step, seed=0):
+    """Plain-numpy DP-SPIDER (full batches, Gaussian noise), logistic loss: a
+    clipped full gradient every ``phase`` steps, clipped gradient differences
+    (to M |w - w_prev|) in between, each with its Gaussian noise."""
+    rng = np.random.default_rng(seed)
+    n, d = X.shape
+    sq = np.sqrt(np.einsum("ij,ij->i", X, X))
+    w = w_prev = np.zeros(d)
+    g = np.zeros(d)
+
+    def dphi(m):
+        return -y / (1.0 + np.exp(y * m))
+
+    for t in range(T):
+        if t % phase == 0:
+            a = dphi(X @ w)
+            a *= np.minimum(1.0, clip / np.maximum(np.abs(a) * sq, 1e-300))
+            g = (X.T @ a + rng.standard_normal(d) * (z * factor * clip)) / n
+        else:
+            c = M * np.linalg.norm(w - w_prev)
+            a = dphi(X @ w) - dphi(X @ w_prev)
+            a *= np.minimum(1.0, c / np.maximum(np.abs(a) * sq, 1e-300))
+            g = g + (X.T @ a + rng.standard_normal(d) * (z * factor * c)) / n
+        w_prev, w = w, w - step * g
+    return w
+
+
+class busy:
+    """Context manager: ``k`` busy CPU processes (pure-Python spin loops) for
+    the duration, killed on exit."""
+
+    def __init__(self, k: int):
+        self.k, self.procs = k, []
+
+    def __enter__(self):
+        import time
+
+        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.k)]
+        time.sleep(0.5 if self.k else 0.0)
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+        return False
+
+
+def race(algo: str, load: int, X=None, y=None) -> dict:
+    """One race on IJCNN1 (logistic loss, epsilon 1, research seed 0): dpreg's
+    run phase (``Algorithm.run``; first run in the process, which calibrates
+    the noise, and a repeat, whose calibration is memoised) and the numpy loop
+    doing the same steps, under ``load`` busy processes."""
+    import time
+
+    from dpreg.params import bind
+    from dpreg.pipeline import load_data
+    from dpreg.problem import Problem
+    from dpreg.registry import get_registry
+
+    reg = get_registry()
+    if X is None:
+        X, y, _, _ = load_data(str(IJCNN1), seed=0, labels="binary")
+    loss = reg.get("loss", "logistic")
+    pb = Problem(loss, X, y)
+    cls = reg.get("algorithm", algo)
+    params = bind(cls.params, {}, algo)
+    pb.gradient(np.zeros(pb.d), pb.all_rows[:256])  # compile / load the kernels outside the timing
+    pb.clipped_diff_sum(np.zeros(pb.d), np.zeros(pb.d), None, 1.0)
+
+    def dpreg_once():
+        acc = reg.get("accountant", "rdp")(1.0, 1.0 / pb.n, cls.relation_for(params))
+        noise = reg.get("noise", "gaussian") if cls.uses_noise else None
+        a = cls(pb, params, noise=noise, accountant=acc, seed=0)
+        t0 = time.perf_counter()
+        out = a.run()
+        return time.perf_counter() - t0, out, acc
+
+    from threadpoolctl import threadpool_limits
+
+    from dpreg import accounting
+
+    with busy(load):
+        accounting._RDP_CURVES.clear()  # noqa: SLF001 - the first run calibrates from scratch
+        t_first, out, acc = dpreg_once()
+        t_again, _, _ = dpreg_once()
+        info = out.info
+        t_numpy = []
+        for blas_threads in (None, 1):
+            with threadpool_limits(blas_threads):
+                t0 = time.perf_counter()
+                if algo == "dp-sgd":
+                    numpy_dp_sgd(pb.X, pb.y, info["sampling_rate"], out.iterations, info["noise_multiplier"],
+                                 info["clip"], info["step"])
+                else:
+                    numpy_dp_spider(pb.X, pb.y, out.iterations, info["phase_length"], info["noise_multiplier"],
+                                    acc.sensitivity_factor, info["clip"], info["smoothness"], info["step"])
+                t_numpy.append(time.perf_counter() - t0)
+    return {"algo": algo, "load": load, "steps": out.iterations, "dpreg_first_s": t_first,
+            "dpreg_s": t_again, "numpy_s": t_numpy[0], "numpy_blas1_s": t_numpy[1],
+            "speedup_first": t_numpy[0] / t_first, "speedup": t_numpy[0] / t_again,
+            "speedup_blas1": t_numpy[1] / t_again, "loadavg": os.getloadavg()[0]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("load", [0, 2], ids=["idle", "busy2"])
+@pytest.mark.parametrize("algo", ["dp-sgd", "dp-spider"])
+def test_race_numpy(benchmark, algo, load):
+    if not IJCNN1.exists():
+        pytest.skip(f"{IJCNN1} not present")
+    res = {}
+    benchmark.pedantic(lambda: res.update(race(algo, load)), rounds=1, iterations=1)
+    benchmark.group = "race-numpy"
+    benchmark.extra_info.update({"kind": "race", **res})
+
+
+# ------------------------------------------------------------- data loading
+def test_svmlight_cache(benchmark, tmp_path, monkeypatch):
+    """IJCNN1 loaded twice through dpreg.svmlight with an empty cache: parse
+    (and store), then a cache hit."""
+    if not IJCNN1.exists():
+        pytest.skip(f"{IJCNN1} not present")
+    import time
+
+    import sklearn.datasets  # noqa: F401 (imported before the timing, as in a run)
+
+    from dpreg.svmlight import load_svmlight
+
+    monkeypatch.setenv("DPREG_CACHE_DIR", str(tmp_path))
+    out = {}
+
+    def body():
+        for k in ("first", "second"):
+            t0 = time.perf_counter()
+            _, _, info = load_svmlight(str(IJCNN1))
+            out[k] = time.perf_counter() - t0
+            out[k + "_cache"] = info["cache"]
+
+    benchmark.pedantic(body, rounds=1, iterations=1)
+    benchmark.group = "data"
+    benchmark.extra_info.update({"kind": "load", "file": IJCNN1.name, **out, "ratio": out["first"] / out["second"]})
+    assert out["first_cache"] == "miss" and out["second_cache"] == "hit"
+
+
+if __name__ == "__main__":  # python benchmarks/bench_end_to_end.py [algo ...]: the race table
+    algos = sys.argv[1:] or ["dp-sgd", "dp-spider"]
+    print("| algorithm | busy started | load avg | steps | dpreg run incl. calibration (s) | dpreg run, "
+          "calibration memoised (s) | numpy (s) | numpy, BLAS 1 thread (s) | numpy / dpreg incl. cal. "
+          "| numpy / dpreg | numpy 1-thread / dpreg |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for algo in algos:
+        for load in (0, 2):
+            r = race(algo, load)
+            print(f"| {algo} | {load} | {r['loadavg']:.1f} | {r['steps']} | {r['dpreg_first_s']:.3f} | "
+                  f"{r['dpreg_s']:.3f} | {r['numpy_s']:.3f} | {r['numpy_blas1_s']:.3f} | {r['speedup_first']:.2f}x | "
+                  f"{r['speedup']:.2f}x | {r['speedup_blas1']:.2f}x |", flush=True)

@@ -18,6 +18,28 @@ class Exhausted(Exception):
     """Not enough unused records for the requested batch (single pass)."""
 
 
+def poisson_rows(rng: np.random.Generator, n: int, q: float) -> np.ndarray:
+    """Sorted int64 row numbers of a Poisson subsample of ``range(n)``: each row
+    independently with probability ``q`` (0 < q < 1), in O(q n) time.
+
+    The gaps between consecutive selected rows of a Bernoulli(q) sequence are
+    independent Geometric(q) variables (support 1, 2, ...), so the selected
+    rows are the partial sums of geometric draws, minus one, below n: the same
+    distribution as ``flatnonzero(rng.random(n) < q)``, drawn without n
+    uniforms.  Draws come in blocks of about q n + 6 sqrt(q n) + 16 (rarely a
+    second block); every draw is from ``rng``."""
+    mean = q * n
+    block = int(mean + 6.0 * np.sqrt(mean) + 16)
+    pos = np.cumsum(rng.geometric(q, size=block), dtype=np.int64)
+    if pos[-1] <= n:  # not yet past the end: keep drawing (rare)
+        parts = [pos]
+        while parts[-1][-1] <= n:
+            parts.append(parts[-1][-1] + np.cumsum(rng.geometric(q, size=block), dtype=np.int64))
+        pos = np.concatenate(parts)
+    k = int(np.searchsorted(pos, n, side="right"))
+    return pos[:k] - 1
+
+
 class SinglePass:
     """Disjoint batches from a seeded permutation of ``range(n)``."""
 
@@ -63,11 +85,12 @@ class Resample:
         self._all = np.arange(self.n, dtype=np.int64)
 
     def poisson(self, q: float) -> tuple[np.ndarray, Participation]:
-        """Each record independently with probability q (0 < q <= 1)."""
+        """Each record independently with probability q (0 < q <= 1); the
+        selected row numbers in increasing order.  O(q n) time (see
+        :func:`poisson_rows`), not O(n)."""
         if q >= 1.0:
             return self.full()
-        mask = self.rng.random(self.n) < q
-        idx = np.flatnonzero(mask).astype(np.int64)
+        idx = poisson_rows(self.rng, self.n, q)
         self.used += len(idx)
         return idx, Participation.poisson(q)
 

@@ -164,36 +164,31 @@ def load_file(path: str, schema: Schema = Schema()) -> tuple[np.ndarray, np.ndar
 
 
 def _load_svmlight(path, n_features: int | None, zero_based: bool | None):
-    """svmlight/libsvm text with a public schema: indices read as written
-    (0-based), then shifted when the file is declared (or, left None, found)
-    one-based; d declared or, left None, the largest index."""
-    from sklearn.datasets import load_svmlight_file
+    """svmlight/libsvm text with a public schema (fast parser, parsed-array
+    cache: :mod:`dpreg.svmlight`): the index base declared, or, left None,
+    found (one-based unless index 0 occurs); d declared (a larger index is
+    refused) or, left None, the largest index.  X stays CSR below the
+    parser's density threshold (memory follows the non-zeros)."""
+    from .svmlight import load_svmlight
 
     try:
-        X, y = load_svmlight_file(path, zero_based=True)
+        X, y, info = load_svmlight(path, n_features=n_features,
+                                   zero_based="auto" if zero_based is None else bool(zero_based))
     except ValueError as exc:
-        raise DataError(f"cannot parse svmlight file {path}: {str(exc).splitlines()[0]}") from None
+        msg = str(exc).splitlines()[0]
+        if "one-based" in msg:
+            raise DataError(f"{path} has feature index 0, but the file was declared one-based") from None
+        if "exceeds n_features" in msg:
+            raise DataError(f"{path} has a feature index beyond the declared {n_features} features") from None
+        raise DataError(f"cannot parse svmlight file {path}: {msg}") from None
     if X.shape[0] == 0:
         raise DataError(f"{path} contains no records")
     inferred: dict = {}
-    X.eliminate_zeros()  # explicit "j:0" entries (used to declare d) are no data
-    col0 = bool(np.any(X.indices == 0))
     if zero_based is None:
-        zero_based = inferred["zero_based"] = col0
-    elif not zero_based and col0:
-        raise DataError(f"{path} has feature index 0, but the file was declared one-based")
-    X = X.tocsr()
-    if not zero_based:
-        X = X[:, 1:]
-    width = X.shape[1]
+        inferred["zero_based"] = info["zero_based_inferred"]
     if n_features is None:
-        n_features = inferred["n_features"] = width
-    elif width > n_features:
-        top = int(X.indices.max()) + (0 if zero_based else 1)
-        raise DataError(f"{path} has feature index {top}, beyond the declared {n_features} features")
-    dense = np.zeros((X.shape[0], n_features))
-    dense[:, :width] = X.toarray() if width else 0.0
-    return dense, np.asarray(y, dtype=np.float64), inferred
+        inferred["n_features"] = int(X.shape[1])
+    return X, np.asarray(y, dtype=np.float64), inferred
 
 
 def _open_text(path):
@@ -280,6 +275,9 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
     pipeline passes arrays it owns): no (n x d) temporary is ever made, rows
     are checked and scaled in blocks of ``_PREP_ROWS``.
     """
+    if type(X).__module__.startswith("scipy.sparse"):
+        return _prepare_csr(X, y, labels=labels, where=where, d=d, copy=copy, label_map=label_map,
+                            min_rows=min_rows, scale_rows=scale_rows)
     X0 = X
     X = np.asarray(X, dtype=np.float64)
     owned = X is not X0
@@ -327,6 +325,42 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
         shrink = np.maximum(norms, 1.0)
         np.divide(B, shrink[:, None], out=out[lo:lo + _PREP_ROWS])
     return out, np.ascontiguousarray(y)
+
+
+def _prepare_csr(X, y, *, labels, where, d, copy, label_map, min_rows, scale_rows):
+    """:func:`prepare` for a scipy sparse X: the same checks on the stored
+    values, labels mapped the same way, rows scaled in place on a CSR copy
+    (:func:`dpreg.svmlight.scale_rows_csr`); the result stays CSR."""
+    from .svmlight import scale_rows_csr
+
+    X = X.tocsr(copy=copy)
+    if X.dtype != np.float64:
+        X = X.astype(np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 1:
+        raise DataError(f"{where}: labels must be 1-D, got shape {y.shape}")
+    if X.shape[0] != y.shape[0]:
+        raise DataError(f"{where}: {X.shape[0]} feature rows but {y.shape[0]} labels")
+    if X.shape[0] < min_rows:
+        raise DataError(f"{where}: need at least {min_rows} records, got {X.shape[0]}")
+    if d is not None and X.shape[1] != d:
+        raise DataError(f"{where}: {X.shape[1]} features, but the training data has {d}")
+    bad = ~np.isfinite(X.data)
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        r = int(np.searchsorted(X.indptr, k, side="right") - 1)
+        raise DataError(f"{where}: non-finite feature value {X.data[k]} at record {r + 1}, "
+                        f"column {int(X.indices[k]) + 1}")
+    if not np.isfinite(y).all():
+        r = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise DataError(f"{where}: non-finite label {y[r]} at record {r + 1}")
+    if labels == "binary":
+        y = (label_map or LabelMap.for_training(y, None, where)).apply(y, where)
+    elif labels == "ignored":
+        y = np.zeros_like(y)
+    if scale_rows:
+        scale_rows_csr(X)
+    return X, np.ascontiguousarray(y)
 
 
 def split(X, y, fraction: float, seed: int):

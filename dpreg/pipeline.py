@@ -149,17 +149,15 @@ def load_data(spec, *, schema, split_seed: int, test: bool = False) -> Loaded:
     if isinstance(spec, (tuple, list)) and len(spec) == 2:
         X, y = spec
         try:
-            import scipy.sparse as sp
-
-            if sp.issparse(X):
-                X = X.toarray()
-        except ImportError:  # pragma: no cover
-            pass
-        try:
-            X = np.array(X, dtype=np.float64)
+            if type(X).__module__.startswith("scipy.sparse"):
+                X = X.tocsr().astype(np.float64)
+            else:
+                X = np.array(X, dtype=np.float64)
             y = np.array(y, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError) as exc:
             raise DataError(f"{where}: arrays must hold real numbers: {exc}") from None
+        if X.ndim != 2:
+            raise DataError(f"{where}: features must be a 2-D array, got shape {X.shape}")
         return Loaded(X, y, f"arrays ({X.shape[0]} x {X.shape[1] if X.ndim == 2 else '?'})",
                       schema=schema)
     if not isinstance(spec, str):
@@ -303,6 +301,12 @@ def run_pipeline(cfg: RunConfig) -> dict:
     # ---- preprocessing (public, or private and charged first)
     intercept = loss.classifier if cfg.intercept is None else bool(cfg.intercept)
     scaling_info = None
+    if type(X).__module__.startswith("scipy.sparse"):
+        if sel_cls is not None:
+            raise ParameterError(f"--select {cfg.select} needs dense data; this data set is sparse")
+        if cfg.scaling in ("bounds", "private"):
+            raise ParameterError(f"--scaling {cfg.scaling} maps features into [-1, 1], which fills in a "
+                                 "sparse data set; use --scaling none for sparse input")
     declared = getattr(tr.source, "bounds", None)
     if cfg.scaling == "bounds" or (cfg.scaling == "auto" and declared is not None):
         lo, hi = read_bounds(cfg.bounds, d_raw) if cfg.scaling == "bounds" else declared

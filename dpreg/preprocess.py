@@ -84,9 +84,23 @@ class Preprocessing:
         ``in_place`` lets it overwrite a float64 C-contiguous ``X`` it owns."""
         from .data import prepare
 
-        X = np.asarray(X, dtype=np.float64)
+        sparse = type(X).__module__.startswith("scipy.sparse")
+        if not sparse:
+            X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features:
             raise DataError(f"{where}: expected {self.n_features} features, got shape {X.shape}")
+        if sparse:  # CSR in, CSR out: row scaling and the intercept keep it sparse
+            if self.feature_map != "none":
+                raise DataError(f"{where}: --scaling {self.feature_map} maps features into [-1, 1], which "
+                                "fills in a sparse data set; use --scaling none for sparse input")
+            import scipy.sparse as sp
+
+            X, _ = prepare(X, np.zeros(X.shape[0]), labels="ignored", where=where, copy=not in_place,
+                           min_rows=1)
+            if self.intercept:
+                X = sp.hstack([X, sp.csr_matrix(np.full((X.shape[0], 1), self.intercept_scaling))],
+                              format="csr")
+            return X
         if self.feature_map != "none":
             lo = np.asarray(self.lower)
             hi = np.asarray(self.upper)

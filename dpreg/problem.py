@@ -32,6 +32,42 @@ def project(w: np.ndarray, radius: float | None) -> np.ndarray:
     return w if nrm <= radius else w * (radius / nrm)
 
 
+_WANT_PARALLEL: list = []
+
+
+def _want_parallel(work: int) -> bool:
+    """:func:`dpreg_kernels.config.want_parallel` (imported on first use: dpreg
+    imports the kernels lazily)."""
+    if not _WANT_PARALLEL:
+        from dpreg_kernels.config import want_parallel
+
+        _WANT_PARALLEL.append(want_parallel)
+    return _WANT_PARALLEL[0](work)
+
+
+def _is_sparse(X) -> bool:
+    return type(X).__module__.startswith("scipy.sparse")
+
+
+def _as_csr(X):
+    """``X`` as the CSR the sparse kernels take: float64 data, int64 indices
+    and indptr, duplicates summed, indices sorted (a copy only when needed)."""
+    import scipy.sparse as sp
+
+    C = sp.csr_matrix(X, dtype=np.float64)
+    if not C.has_canonical_format:
+        C = C.copy()
+        C.sum_duplicates()
+    data = np.ascontiguousarray(C.data, dtype=np.float64)
+    indices = np.ascontiguousarray(C.indices, dtype=np.int64)
+    indptr = np.ascontiguousarray(C.indptr, dtype=np.int64)
+    out = sp.csr_matrix((data, indices, indptr), shape=C.shape)
+    out.data, out.indices, out.indptr = data, indices, indptr  # scipy may downcast the index arrays
+    out.has_sorted_indices = True
+    out.has_canonical_format = True
+    return out
+
+
 def _inner(clip: float) -> float:
     clip = float(clip)
     return clip * (1.0 - CLIP_MARGIN) if np.isfinite(clip) else clip
@@ -41,7 +77,12 @@ def _inner(clip: float) -> float:
 class Problem:
     """``loss`` on records ``(X[i], y[i])``; rows of X have norm <= ``row_bound``
     (1, or sqrt(1 + s^2) with an intercept column of value s: see
-    :mod:`dpreg.preprocess`)."""
+    :mod:`dpreg.preprocess`).
+
+    ``X`` is a dense array (held as C-contiguous float64) or a scipy sparse
+    matrix (held as CSR, float64, int64 sorted indices, duplicates summed):
+    sparse data run the CSR kernels of :mod:`dpreg_kernels.sparse`, whose cost
+    and memory follow the non-zeros."""
 
     loss: LinearModelLoss
     X: np.ndarray
@@ -51,9 +92,34 @@ class Problem:
     _rows: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        self.X = np.ascontiguousarray(self.X, dtype=np.float64)
-        self.y = np.ascontiguousarray(self.y, dtype=np.float64)
         self.n, self.d = self.X.shape
+
+    def __setattr__(self, name, value):
+        # the kernels' entry points are called without numba's type checks
+        # (Kernel.fast): X and y are held as exactly the kernels' types, always
+        if name == "X":
+            if _is_sparse(value):
+                value = _as_csr(value)
+                super().__setattr__("_csr", (value.data, value.indices, value.indptr))
+                super().__setattr__("_row_nnz", max(1.0, value.nnz / max(1, value.shape[0])))
+            else:
+                value = np.ascontiguousarray(value, dtype=np.float64)
+                super().__setattr__("_csr", None)
+        elif name == "y":
+            value = np.ascontiguousarray(value, dtype=np.float64)
+        super().__setattr__(name, value)
+
+    @property
+    def sparse(self) -> bool:
+        """Whether X is held as CSR (and the sparse kernels serve it)."""
+        return self._csr is not None
+
+    def _vec(self, v) -> np.ndarray:
+        """``v`` as a C-contiguous float64 d-vector (ValueError otherwise)."""
+        v = np.ascontiguousarray(v, dtype=np.float64)
+        if v.shape != (self.d,):
+            raise ValueError(f"expected a vector of shape ({self.d},), got {v.shape}")
+        return v
 
     # --------------------------------------------------------------- compiled bits
     @cached_property
@@ -63,8 +129,25 @@ class Problem:
         return k
 
     @cached_property
+    def _ks(self):
+        import dpreg_kernels.sparse as ks  # lazy: compiles or loads cache
+
+        return ks
+
+    @cached_property
     def _scalars(self):
         return self.loss.scalar_kernels()
+
+    @cached_property
+    def _refs(self):
+        """The loss's scalar functions as stored-address references (no
+        per-call address look-up in the kernels)."""
+        return tuple(self._k.scalar_ref(f) for f in self._scalars)
+
+    def _fast(self, kernel, work: float):
+        """The compiled entry point of ``kernel``'s serial or parallel variant
+        for ``work`` elements (:func:`dpreg_kernels.config.want_parallel`)."""
+        return kernel.fast(_want_parallel(work))
 
     @property
     def all_rows(self) -> np.ndarray:
@@ -94,40 +177,73 @@ class Problem:
         not be modified in place after the first clipped sum."""
         cache = self.__dict__.get("_nx_cache")
         if cache is None or cache[0] is not self.X:
-            cache = (self.X, self._k.row_sqnorms(self.X))
+            if self._csr is not None:
+                nx = self._fast(self._ks.row_sqnorms, self.n)(self._csr[0], self._csr[2])
+            else:
+                nx = self._fast(self._k.row_sqnorms, self.n * self.d)(self.X)
+            cache = (self.X, nx)
             self.__dict__["_nx_cache"] = cache
         return cache[1]
 
     def _batch(self, idx):
-        """(idx array, full flag) for the kernels: ``None`` is the full batch."""
+        """(idx array, full flag, rows) for the kernels: ``None`` is the full batch."""
         if idx is None:
-            return _NO_ROWS, True
-        return np.ascontiguousarray(idx, dtype=np.int64), False
+            return _NO_ROWS, True, self.n
+        ix = np.ascontiguousarray(idx, dtype=np.int64)
+        return ix, False, ix.shape[0]
+
+    def _psi_grad(self, w):
+        if self._no_psi:
+            return self._zeros_d
+        return self._vec(self.loss.psi_grad(w))
+
+    @cached_property
+    def _no_psi(self) -> bool:
+        """Whether the loss has no data-independent term (psi_grad not overridden)."""
+        return type(self.loss).psi_grad is LinearModelLoss.psi_grad
+
+    @cached_property
+    def _zeros_d(self) -> np.ndarray:
+        z = np.zeros(self.d)
+        z.flags.writeable = False
+        return z
 
     def clipped_grad_sum(self, w: np.ndarray, idx: np.ndarray | None, clip: float):
         """(sum over idx of per-record gradients each clipped to norm ``clip``, n_clipped)."""
-        w = np.ascontiguousarray(w, dtype=np.float64)
-        r = np.ascontiguousarray(self.loss.psi_grad(w), dtype=np.float64)
-        ix, full = self._batch(idx)
-        return self._k.grad_sum(self.X, self.y, self._nx, ix, full, w, r, self._scalars[1], _inner(clip))
+        w = self._vec(w)
+        r = self._psi_grad(w)
+        ix, full, rows = self._batch(idx)
+        if self._csr is not None:
+            return self._fast(self._ks.grad_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w, r,
+                                                                       self._refs[1], _inner(clip))
+        return self._fast(self._k.grad_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, r,
+                                                           self._refs[1], _inner(clip))
 
     def clipped_diff_sum(self, w: np.ndarray, w_prev: np.ndarray, idx: np.ndarray | None, clip: float):
         """(sum over idx of per-record gradient differences grad f(w) - grad f(w_prev),
         each clipped to norm ``clip``, n_clipped)."""
-        w = np.ascontiguousarray(w, dtype=np.float64)
-        wp = np.ascontiguousarray(w_prev, dtype=np.float64)
-        r = np.ascontiguousarray(self.loss.psi_grad(w), dtype=np.float64)
-        rp = np.ascontiguousarray(self.loss.psi_grad(wp), dtype=np.float64)
-        ix, full = self._batch(idx)
-        return self._k.diff_sum(self.X, self.y, self._nx, ix, full, w, wp, r, rp,
-                                self._scalars[1], _inner(clip))
+        w = self._vec(w)
+        wp = self._vec(w_prev)
+        r = self._psi_grad(w)
+        rp = self._psi_grad(wp)
+        ix, full, rows = self._batch(idx)
+        if self._csr is not None:
+            return self._fast(self._ks.diff_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w, wp,
+                                                                       r, rp,
+                                                                       self._refs[1], _inner(clip))
+        return self._fast(self._k.diff_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, wp, r, rp,
+                                                           self._refs[1], _inner(clip))
 
     # ------------------------------------------------- exact (evaluation) quantities
     def value(self, w: np.ndarray, idx: np.ndarray | None = None) -> float:
         """Empirical loss: mean over rows of f(w; z_i)."""
-        w = np.ascontiguousarray(w, dtype=np.float64)
+        w = self._vec(w)
         ix = self._idx(idx)
-        return self._k.phi_sum(self.X, self.y, ix, w, self._scalars[0]) / len(ix) + self.loss.psi(w)
+        if self._csr is not None:
+            tot = self._fast(self._ks.phi_sum, len(ix) * self._row_nnz)(*self._csr, self.y, ix, w, self._refs[0])
+        else:
+            tot = self._fast(self._k.phi_sum, len(ix) * self.d)(self.X, self.y, ix, w, self._refs[0])
+        return tot / len(ix) + self.loss.psi(w)
 
     def gradient(self, w: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
         """Exact empirical gradient (mean over rows), unclipped."""
@@ -136,19 +252,28 @@ class Problem:
 
     def hvp(self, w: np.ndarray, v: np.ndarray, idx: np.ndarray | None = None) -> np.ndarray:
         """Exact empirical Hessian-vector product."""
-        w = np.ascontiguousarray(w, dtype=np.float64)
-        v = np.ascontiguousarray(v, dtype=np.float64)
+        w = self._vec(w)
+        v = self._vec(v)
         ix = self._idx(idx)
-        return self._k.hvp_sum(self.X, self.y, ix, w, v, self._scalars[2]) / len(ix) + self.loss.psi_hvp(w, v)
+        if self._csr is not None:
+            tot = self._fast(self._ks.hvp_sum, len(ix) * self._row_nnz)(*self._csr, self.y, ix, w, v, self._refs[2])
+        else:
+            tot = self._fast(self._k.hvp_sum, len(ix) * self.d)(self.X, self.y, ix, w, v, self._refs[2])
+        return tot / len(ix) + self.loss.psi_hvp(w, v)
 
     def hessian(self, w: np.ndarray, idx: np.ndarray | None = None, clip: float = np.inf) -> np.ndarray:
         """Dense empirical Hessian (use for small d only).  Exact by default;
         with a finite ``clip`` each record's data part ``d2phi x x^T`` is scaled
         to operator norm <= clip (the sensitivity-bounded Hessian of the
         above-threshold selector)."""
-        w = np.ascontiguousarray(w, dtype=np.float64)
+        w = self._vec(w)
         ix = self._idx(idx)
-        H, _ = self._k.clipped_hessian_sum(self.X, self.y, ix, w, self._scalars[2], float(clip))
+        if self._csr is not None:
+            H, _ = self._fast(self._ks.clipped_hessian_sum, len(ix) * self._row_nnz ** 2)(
+                *self._csr, self.y, ix, w, self._refs[2], float(clip))
+        else:
+            H, _ = self._fast(self._k.clipped_hessian_sum, len(ix) * self.d * self.d)(
+                self.X, self.y, ix, w, self._refs[2], float(clip))
         H = H / len(ix)
         eye = np.eye(self.d)
         H += np.stack([self.loss.psi_hvp(w, eye[j]) for j in range(self.d)], axis=1)

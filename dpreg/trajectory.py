@@ -58,8 +58,9 @@ class OutputChoice:
 
     def see(self, t: int, w: np.ndarray) -> None:
         """Record iterate w_t (t = 1, 2, ...)."""
-        self._avg += (w - self._avg) / t
-        if t == self._pick:
+        if self.mode == "average":  # the only mode that reads the running mean (a per-step cost)
+            self._avg += (w - self._avg) / t
+        elif t == self._pick:
             self._chosen = np.array(w, dtype=float)
 
     def result(self, w_last: np.ndarray) -> np.ndarray:

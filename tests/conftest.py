@@ -15,6 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 collect_ignore = ["plugin_pkg"]
 SHARED_DATA = ROOT.parent / "shared" / "data"
 
+# parsed-data and kernel caches of the test session stay out of the user's cache
+import tempfile  # noqa: E402
+
+os.environ.setdefault("DPREG_CACHE_DIR", tempfile.mkdtemp(prefix="dpreg-test-cache-"))
+
 
 
 def shared_file(name: str) -> Path:

@@ -90,3 +90,40 @@ def hessian_sum(loss, X, y, idx, w):
     for i in idx:
         out += type(loss).d2phi(float(X[i] @ w), float(y[i])) * np.outer(X[i], X[i])
     return out
+
+
+# ------------------------------------------------------------------ CSR kernels
+def _csr_clip_norms2(X, a, r):
+    """Per-row squared norm the CSR kernels clip by (dpreg_kernels.sparse): exact
+    a_i^2 |x_i|^2 when r = 0, else the bound sum_{j in supp x_i} (a_i x_ij + r_j)^2 + |r|^2."""
+    X = X.tocsr()
+    rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))
+    rr = float(r @ r)
+    terms = a[rows] * X.data + (r[X.indices] if rr > 0 else 0.0)
+    g2 = np.bincount(rows, weights=terms * terms, minlength=X.shape[0])
+    return g2 + rr if rr > 0 else g2
+
+
+def _csr_clipped(X, a, r, clip):
+    g2 = _csr_clip_norms2(X, a, r)
+    norms = np.sqrt(g2)
+    s = np.minimum(1.0, clip / np.maximum(norms, 1e-300))
+    dense = np.asarray(X.toarray())
+    G = a[:, None] * dense + r[None, :]
+    return (G * s[:, None]).sum(axis=0), int(np.sum(norms > clip))
+
+
+def csr_clipped_grad_sum(loss, X, y, idx, w, clip):
+    """The CSR O1 kernel: per-record gradients clipped by the CSR norm rule."""
+    Xb = X[idx]
+    a = _vec(type(loss).dphi)(np.asarray(Xb @ w).ravel(), y[idx])
+    return _csr_clipped(Xb, a, np.asarray(loss.psi_grad(w), dtype=float), clip)
+
+
+def csr_clipped_diff_sum(loss, X, y, idx, w, wp, clip):
+    """The CSR O2 kernel: per-record gradient differences clipped by the CSR norm rule."""
+    Xb = X[idx]
+    dphi = _vec(type(loss).dphi)
+    a = dphi(np.asarray(Xb @ w).ravel(), y[idx]) - dphi(np.asarray(Xb @ wp).ravel(), y[idx])
+    r = np.asarray(loss.psi_grad(w), dtype=float) - np.asarray(loss.psi_grad(wp), dtype=float)
+    return _csr_clipped(Xb, a, r, clip)

@@ -185,6 +185,9 @@ def test_defaults_learn_on_the_shipped_data():
     m, b = rec["diagnostics"]["metrics"], rec["diagnostics"]["baselines"]
     assert rec["release"]["config"]["data"] == "adult"
     assert m["test_accuracy"] >= 0.82 > b["test_majority_rate"] + 0.05
-    rec = dpreg.run(algo="dp-sgd", data="breast-cancer", test_fraction=0.2, epsilon=1.0, seed=0)
-    assert rec["diagnostics"]["metrics"]["test_accuracy"] >= 0.90
-    assert rec["release"]["model"]["preprocessing"]["feature_map"] == "bounds"
+    accs = []
+    for seed in range(3):
+        rec = dpreg.run(algo="dp-sgd", data="breast-cancer", test_fraction=0.2, epsilon=1.0, seed=seed)
+        accs.append(rec["diagnostics"]["metrics"]["test_accuracy"])
+        assert rec["release"]["model"]["preprocessing"]["feature_map"] == "bounds"
+    assert np.mean(accs) >= 0.90, accs

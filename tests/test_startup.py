@@ -59,8 +59,10 @@ _CACHED_RUN = textwrap.dedent("""
             pb.clipped_grad_sum(w, None, 1.0); pb.clipped_grad_sum(w, np.arange(5), 1.0)
             pb.clipped_diff_sum(w, 2 * w, None, 1.0); pb.value(w); pb.hvp(w, w); pb.hessian(w)
     import dpreg_kernels.linear_model as K
-    hits = {n: sum(getattr(K, n).stats.cache_hits.values()) for n in ("grad_sum", "diff_sum", "row_sqnorms",
-            "phi_sum", "hvp_sum", "clipped_hessian_sum")}
+    # the variants this process used (small problems: the serial ones)
+    hits = {f"{n}/{'parallel' if par else 'serial'}": sum(disp.stats.cache_hits.values())
+            for n in ("grad_sum", "diff_sum", "row_sqnorms", "phi_sum", "hvp_sum", "clipped_hessian_sum")
+            for par, disp in getattr(K, n).compiled().items()}
     compiled = [str(getattr(e.data.get("dispatcher"), "py_func", e.data.get("dispatcher"))) for _, e in rec.buffer
                 if e.is_start]
     print(json.dumps({"compiled": compiled, "hits": hits, "compile_s": out["diagnostics"]["timing"]["compile_s"]}))
@@ -78,6 +80,60 @@ def test_second_run_loads_every_kernel_from_cache(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     first = _run_cached(env)    # cold cache: compiles
     assert first["compiled"], "a cold cache must compile (the count works)"
+    # small data, small batches: serial kernels only, no parallel variant compiled (first-run time)
+    assert first["hits"] and all(k.endswith("/serial") for k in first["hits"]), first["hits"]
+    names = {c.split(" ")[1] for c in first["compiled"] if c.startswith("<function ")}
+    assert not names & {"_grad_sum", "_diff_sum", "_row_sqnorms", "_phi_sum", "_hvp_sum"}, names
     second = _run_cached(env)
     assert second["compiled"] == [], f"recompiled in a fresh process: {second['compiled'][:5]}"
-    assert all(v >= 1 for v in second["hits"].values()), second["hits"]
+    assert len(second["hits"]) >= 6 and all(v >= 1 for v in second["hits"].values()), second["hits"]
+
+
+_READ_ONLY = textwrap.dedent("""
+    import json, os, sys
+    # simulate a read-only install: the package directories report "not writable"
+    real_access = os.access
+    ro = ("dpreg_kernels", "dpreg_plugins")
+    os.access = lambda p, mode, **kw: (False if mode & os.W_OK and any(r in str(p) for r in ro)
+                                       else real_access(p, mode, **kw))
+    from numba.core import event as ev
+    import dpreg_kernels
+    chosen = os.environ.get("NUMBA_CACHE_DIR")
+    with ev.install_recorder("numba:compile") as rec:
+        import numpy as np
+        from dpreg.problem import Problem
+        from dpreg.registry import get_registry
+        rng = np.random.default_rng(0)
+        X = rng.standard_normal((30, 3)) / 3
+        y = np.where(rng.random(30) < .5, 1.0, -1.0)
+        pb = Problem(get_registry().get("loss", "logistic"), X, y)
+        g = pb.clipped_grad_sum(np.full(3, 0.1), np.arange(7), 0.5)[0]
+    print(json.dumps({"cache_dir": chosen, "compiled": len([e for _, e in rec.buffer if e.is_start]),
+                      "g": g.tolist()}))
+""")
+
+
+def test_read_only_install_caches_in_user_dir(tmp_path):
+    """Package directories not writable and NUMBA_CACHE_DIR unset: dpreg points
+    numba's cache at the user cache directory before numba is imported, so a
+    second process compiles nothing."""
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "DPREG_CACHE_DIR")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")
+    runs = []
+    for _ in range(2):
+        res = subprocess.run([sys.executable, "-c", _READ_ONLY], capture_output=True, text=True, timeout=900,
+                             env=env)
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    want = str(tmp_path / "xdg" / "dpreg" / "numba")
+    assert runs[0]["cache_dir"] == runs[1]["cache_dir"] == want
+    assert runs[0]["compiled"] > 0 and runs[1]["compiled"] == 0, runs
+    assert any(p.suffix == ".nbi" for p in (tmp_path / "xdg").rglob("*"))
+    assert runs[0]["g"] == runs[1]["g"]
+
+
+def test_writable_install_leaves_numba_cache_dir_alone(tmp_path):
+    code = "import os, dpreg_kernels; print(os.environ.get('NUMBA_CACHE_DIR'))"
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 0 and res.stdout.strip() == "None", res.stderr

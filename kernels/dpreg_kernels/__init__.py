@@ -6,7 +6,66 @@ lazily, when a pipeline is built.
 """
 from __future__ import annotations
 
-__all__ = ["compile_scalar"]
+import os
+
+__all__ = ["compile_scalar", "cache_fallback"]
+
+
+def _writable(directory: str) -> bool:
+    """Whether numba could write its cache beside the sources of ``directory``."""
+    pyc = os.path.join(directory, "__pycache__")
+    return os.access(pyc if os.path.isdir(pyc) else directory, os.W_OK)
+
+
+def cache_fallback() -> str | None:
+    """Point numba's on-disk cache at a user cache directory when the installed
+    packages are not writable (a read-only site-packages, a shared install):
+    without it every process would compile every kernel again (80 s measured).
+
+    Runs before numba is first imported (this package's import), and only when
+    ``NUMBA_CACHE_DIR`` is unset: it sets ``NUMBA_CACHE_DIR`` to
+    ``$DPREG_CACHE_DIR/numba``, else ``$XDG_CACHE_HOME/dpreg/numba``, else
+    ``~/.cache/dpreg/numba`` (the first that can be created), and to numba's
+    config too if numba is already imported.  Returns the directory chosen,
+    or None when nothing was changed."""
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        return None
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [here]
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("dpreg_plugins")
+        if spec is not None and spec.submodule_search_locations:
+            dirs += [os.path.join(p, "losses") for p in spec.submodule_search_locations]
+    except (ImportError, ValueError):
+        pass
+    if all(_writable(d) for d in dirs if os.path.isdir(d)):
+        return None
+    roots = [os.environ.get("DPREG_CACHE_DIR"),
+             os.path.join(os.environ["XDG_CACHE_HOME"], "dpreg") if os.environ.get("XDG_CACHE_HOME") else None,
+             os.path.join(os.path.expanduser("~"), ".cache", "dpreg")]
+    for root in roots:
+        if not root:
+            continue
+        target = os.path.join(root, "numba")
+        try:
+            os.makedirs(target, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(target, os.W_OK):
+            os.environ["NUMBA_CACHE_DIR"] = target
+            import sys
+
+            if "numba" in sys.modules:  # too late for the environment: tell numba's config
+                import numba
+
+                numba.config.CACHE_DIR = target
+            return target
+    return None
+
+
+cache_fallback()
 
 
 def compile_scalar(func):

@@ -81,3 +81,37 @@ def jit_inline(func):
     caller's types, cached; LLVM inlines the small ones).  Numba-IR inlining
     (``inline="always"``) was measured slower to compile for no run-time gain."""
     return numba.njit(fastmath=_FM, cache=CACHE)(func)
+
+
+#: A kernel runs its parallel variant only when its work (rows x d, or rows x
+#: d^2 for the Hessian) reaches this many elements (about 1 ms of serial
+#: work); below, the serial variant: a prange launch waits for the OpenMP
+#: workers (0.04 ms on an idle machine, 1-2 ms on a busy one, against ~10 us of
+#: work for a 256 x 22 batch).  ``DPREG_PARALLEL_WORK`` overrides it (0: always
+#: parallel when the machine has idle cores).  Measured: docs/benchmarks.md,
+#: "Serial or parallel".
+PARALLEL_WORK: int = int(os.environ.get("DPREG_PARALLEL_WORK", str(1 << 20)))
+
+_load = [0.0, 0.0]  # (time of the last look, whether the machine had idle cores)
+
+
+def want_parallel(work: int) -> bool:
+    """Whether a kernel of ``work`` elements should run its parallel variant:
+    work >= :data:`PARALLEL_WORK`, numba has more than one thread, and the
+    machine is not oversubscribed (1-minute load average below the CPU count,
+    looked up at most once a second).  On a busy machine a parallel kernel's
+    threads wait for CPUs that other processes hold: measured 1.5-3x slower
+    than the serial variant at every size.  Serial and parallel variants give
+    bit-identical results (fixed chunking), so the choice never changes a run."""
+    if work < PARALLEL_WORK or numba.get_num_threads() < 2:
+        return False
+    import time
+
+    now = time.monotonic()
+    if now - _load[0] > 1.0:
+        try:
+            idle = os.getloadavg()[0] < (os.cpu_count() or 1) - 0.5
+        except OSError:  # no load average on this platform
+            idle = True
+        _load[0], _load[1] = now, float(idle)
+    return bool(_load[1])

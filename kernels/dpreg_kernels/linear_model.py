@@ -563,35 +563,101 @@ _over = jit_inline(_over)
 _grad_chunk = jit_inline(_grad_chunk)
 _diff_chunk = jit_inline(_diff_chunk)
 
-#: the two hot kernels, fast entry points (see :func:`_grad_sum`, :func:`_diff_sum`)
-grad_sum = jit_parallel(_GRAD_SIG)(_grad_sum)
-diff_sum = jit_parallel(_DIFF_SIG)(_diff_sum)
-row_sqnorms = jit_parallel(Vec(Mat))(_row_sqnorms)
-phi_sum = jit_parallel(_PHI_SIG)(_phi_sum)
+class Kernel:
+    """One kernel in two variants compiled from the same undecorated function:
+    ``serial`` and ``parallel`` (same fixed chunking, so bit-identical
+    results).  Each variant is compiled - or loaded from numba's cache - on
+    first use, so a run pays only for the variants it calls (a small-batch run
+    on a small data set never compiles a parallel kernel: the first-run
+    compile time).
 
-
-class _Lazy:
-    """A kernel compiled (or loaded from the cache) on first use, for kernels a
-    typical run never calls (``hvp_sum`` serves Lanczos for d > 300 only):
-    importing this module does not pay their compile time."""
+    Calling the object runs the parallel variant (numba's ordinary dispatch).
+    :meth:`fast` returns the variant's compiled entry point, which skips
+    numba's per-call argument typing (about 30 us per call with a
+    first-class-function argument, more than the work of a 256-row batch):
+    its caller must pass exactly the declared types - C-contiguous float64
+    arrays, int64 row numbers, a Python bool, a Python float and a
+    :func:`scalar_ref` for the loss function - as :class:`dpreg.problem.Problem`
+    does."""
 
     def __init__(self, signature, func):
-        self._sig, self._func, self._disp = signature, func, None
+        self.signature, self.py_func = signature, func
+        self._disp = {}
+        self._fast = {}
 
-    def _get(self):
-        if self._disp is None:
-            self._disp = jit_parallel(self._sig)(self._func)
-        return self._disp
+    def variant(self, parallel: bool):
+        """The numba dispatcher of one variant (compiled on first use)."""
+        d = self._disp.get(parallel)
+        if d is None:
+            d = (jit_parallel if parallel else jit_serial)(self.signature)(self.py_func)
+            self._disp[parallel] = d
+        return d
+
+    @property
+    def parallel(self):
+        return self.variant(True)
+
+    @property
+    def serial(self):
+        return self.variant(False)
+
+    def compiled(self):
+        """The variants compiled (or loaded) so far, as ``{parallel: dispatcher}``."""
+        return dict(self._disp)
+
+    def fast(self, parallel: bool):
+        """The compiled entry point of one variant (see the class docstring);
+        the dispatcher itself if numba's internals do not expose it."""
+        f = self._fast.get(parallel)
+        if f is None:
+            disp = self.variant(parallel)
+            try:
+                (cres,) = disp.overloads.values()
+                f = cres.entry_point
+            except (AttributeError, ValueError):
+                f = disp
+            self._fast[parallel] = f
+        return f
 
     def __call__(self, *args):
-        return self._get()(*args)
+        return self.variant(True)(*args)
 
-    def __getattr__(self, name):  # stats, signatures, py_func, ...
-        return getattr(self._get(), name)
+    def __getattr__(self, name):  # stats, signatures, ... of the parallel variant
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.variant(True), name)
 
 
-hvp_sum = _Lazy(_HVP_SIG, _hvp_sum)
-clipped_hessian_sum = jit_parallel(_HESS_SIG)(_clipped_hessian_sum)
+class ScalarRef(types.WrapperAddressProtocol):
+    """A loss's compiled scalar function as a first-class-function argument
+    that numba unboxes from an address stored once (numba's wrapper-address
+    protocol) instead of resolving the dispatcher on every kernel call."""
+
+    def __init__(self, dispatcher):
+        from numba.experimental.function_type import _get_wrapper_address
+
+        self.dispatcher = dispatcher  # keeps the machine code alive
+        self._addr = _get_wrapper_address(dispatcher, SCALAR_SIG)
+
+    def __wrapper_address__(self):
+        return self._addr
+
+    def signature(self):
+        return SCALAR_SIG
+
+
+def scalar_ref(dispatcher):
+    """:class:`ScalarRef` of a loss's compiled scalar function."""
+    return ScalarRef(dispatcher)
+
+
+#: the two hot kernels (see :func:`_grad_sum`, :func:`_diff_sum`)
+grad_sum = Kernel(_GRAD_SIG, _grad_sum)
+diff_sum = Kernel(_DIFF_SIG, _diff_sum)
+row_sqnorms = Kernel(Vec(Mat), _row_sqnorms)
+phi_sum = Kernel(_PHI_SIG, _phi_sum)
+hvp_sum = Kernel(_HVP_SIG, _hvp_sum)
+clipped_hessian_sum = Kernel(_HESS_SIG, _clipped_hessian_sum)
 
 
 def hessian_sum(X, y, idx, w, d2phi):

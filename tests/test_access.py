@@ -1,0 +1,84 @@
+"""Poisson sampling in O(q n) (dpreg.access.poisson_rows): the same law as n
+independent Bernoulli(q) draws; dp-sgd's plan charged once, before the first release."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpreg.access import Resample, poisson_rows
+
+
+@pytest.mark.parametrize("n,q", [(12, 0.3), (7, 0.85), (40, 0.02)])
+def test_poisson_rows_has_the_bernoulli_law(n, q):
+    rng = np.random.default_rng(20261123)
+    draws = 30_000
+    inc = np.zeros(n)
+    pair = np.zeros((n, n))
+    counts = np.zeros(n + 1)
+    for _ in range(draws):
+        idx = poisson_rows(rng, n, q)
+        assert idx.dtype == np.int64 and np.all(np.diff(idx) > 0) and (idx.size == 0 or 0 <= idx[0] <= idx[-1] < n)
+        m = np.zeros(n)
+        m[idx] = 1.0
+        inc += m
+        pair += np.outer(m, m)
+        counts[idx.size] += 1
+    # every row with probability q (first and last rows included: an off-by-one fails here)
+    sd = np.sqrt(q * (1 - q) / draws)
+    assert np.all(np.abs(inc / draws - q) < 5 * sd), inc / draws
+    # pairwise independence: joint inclusion q^2
+    off = pair[~np.eye(n, dtype=bool)] / draws
+    sd2 = np.sqrt(q * q * (1 - q * q) / draws)
+    assert np.all(np.abs(off - q * q) < 5.5 * sd2)
+    # the batch size is Binomial(n, q) (chi-square over sizes with expected count >= 5)
+    expect = stats.binom.pmf(np.arange(n + 1), n, q) * draws
+    keep = expect >= 5
+    obs = np.append(counts[keep], counts[~keep].sum())
+    exp = np.append(expect[keep], expect[~keep].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    assert stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue > 1e-4
+
+
+class _Ones:
+    """Stub generator whose geometric gaps are all 1 (every row selected)."""
+
+    def geometric(self, q, size):
+        return np.ones(size, dtype=np.int64)
+
+
+def test_poisson_rows_keeps_drawing_past_the_first_block():
+    # q n = 10 -> blocks of ~45 gaps, 1000 rows: many blocks; every row selected once
+    idx = poisson_rows(_Ones(), 1000, 0.01)
+    np.testing.assert_array_equal(idx, np.arange(1000))
+
+
+def test_resample_poisson_counts_use_and_full_batch():
+    acc = Resample(500, np.random.default_rng(1))
+    idx, part = acc.poisson(0.1)
+    assert part.kind == "poisson" and part.q == 0.1 and acc.used == len(idx)
+    idx, part = acc.poisson(1.0)
+    assert part.kind == "all" and len(idx) == 500
+
+
+def test_dp_sgd_charges_its_plan_once_before_releasing(registry):
+    import dp_accounting as dpa
+
+    from dpreg.params import bind
+    from dpreg.problem import Problem
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 5))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    y = np.where(rng.random(400) < 0.5, -1.0, 1.0)
+    cls = registry.get("algorithm", "dp-sgd")
+    acc = registry.get("accountant", "rdp")(1.0, 1e-5, cls.relation)
+    out = cls(Problem(registry.get("loss", "logistic"), X, y),
+              bind(cls.params, {"steps": 40, "batch": 20}, "dp-sgd"), noise=None, accountant=acc, seed=4).run()
+    z = out.info["noise_multiplier"]
+    assert acc.n_charges == 1
+    plan = dpa.SelfComposedDpEvent(dpa.PoissonSampledDpEvent(20 / 400, dpa.GaussianDpEvent(z)), 40)
+    ref = registry.get("accountant", "rdp")(1.0, 1e-5, cls.relation)
+    assert acc.epsilon_spent == pytest.approx(ref.epsilon_if(plan), rel=1e-12)
+    assert acc.epsilon_spent <= 1.0 * (1 + 1e-9)
