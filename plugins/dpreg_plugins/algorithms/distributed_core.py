@@ -56,9 +56,11 @@ def shard(y: np.ndarray, m: int, *, scheme: str = "iid", beta: float = 0.5, seed
     This simulates *where the data lives* (public set-up, like a test split):
     it is a deterministic function of (labels, m, scheme, beta, seed), not a
     mechanism draw.  ``iid``: a seeded permutation cut into m near-equal parts
-    (m = 1 keeps every record, in order).  ``dirichlet``: label skew - for every
-    class, client proportions ~ Dirichlet(beta, ..., beta) (small beta: each
-    client sees mostly one class).  Each shard then keeps the last
+    (m = 1 keeps every record, in order).  ``dirichlet``: label skew at equal
+    shard sizes (the paper's n records per client) - client j's class mix
+    ~ Dirichlet(beta, ..., beta) (small beta: each client sees mostly one
+    class), served while the class lasts, the quota then filled from the
+    classes with most records left.  Each shard then keeps the last
     ``ceil(selection_fraction * n_j)`` records of a seeded permutation of itself
     as its selection share (fresh data for Alg 4, disjoint from training).
     """
@@ -78,14 +80,27 @@ def shard(y: np.ndarray, m: int, *, scheme: str = "iid", beta: float = 0.5, seed
     else:
         if not beta > 0:
             raise ParameterError(f"dirichlet beta must be > 0, got {beta!r}")
-        buckets: list[list[np.ndarray]] = [[] for _ in range(m)]
-        for c in np.unique(y):
-            rows = rng.permutation(np.flatnonzero(y == c)).astype(np.int64)
-            p = rng.dirichlet(np.full(m, float(beta)))
-            cuts = np.round(np.cumsum(p)[:-1] * rows.size).astype(int)
-            for j, part in enumerate(np.split(rows, cuts)):
-                buckets[j].append(part)
-        parts = [np.concatenate(b) for b in buckets]
+        # equal shard sizes (Thm 3's n per client), class mix of client j ~ Dirichlet(beta):
+        # each client takes what it wants of each class while the class lasts, then the
+        # rest of its quota from the classes with most records left
+        classes = np.unique(y)
+        pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in classes]
+        sizes = [len(a) for a in np.array_split(np.arange(n), m)]
+        parts = []
+        for j in range(m):
+            q = rng.dirichlet(np.full(classes.size, float(beta)))
+            want = np.floor(q * sizes[j]).astype(int)
+            take = []
+            for c, k in enumerate(want):
+                k = min(int(k), len(pools[c]))
+                take += pools[c][:k]
+                del pools[c][:k]
+            while len(take) < sizes[j]:
+                c = int(np.argmax([len(pl) for pl in pools]))
+                k = min(sizes[j] - len(take), len(pools[c]))
+                take += pools[c][:k]
+                del pools[c][:k]
+            parts.append(np.asarray(take, dtype=np.int64))
     out = []
     for j, rows in enumerate(parts):
         rows = np.sort(rows)
