@@ -13,10 +13,12 @@ Three questions (Thm 3, Remark 2, Remark 3):
   (sqrt(m) n eps)^(6/13)} holds (it does for IJCNN1, d = 22; not for a9a, d = 123).
 
 Reduced grid (CPU budget about 10 minutes on a shared 2-core machine):
-m in {1, 2, 4}, eps = 1, delta = 1/N, seeds 0..2, sharding iid and
+m in {1, 2, 4}, eps in {0.5, 1, 2} (selection: eps = 1 only), delta = 1/N, seeds 0..2, sharding iid and
 Dirichlet(0.5) label skew, loss ``logistic-nonconvex-reg``, noise ``tree``,
-every other parameter at its default; the issue's full grid (m up to 8,
-eps in {0.5, 1, 2}, 5 seeds) is ``--full``.
+every other parameter at its default (Thm 3 with n per client), and in the
+setting "fixed n per client, m=1 plan" with the one-machine run's alpha,
+kappa, batch1 and batch2 at every m (isolates the averaging gain from Thm 3's
+change of plan); the issue's grid (m up to 8, 5 seeds) is ``--full``.
 
 Metrics, after each run and non-private: the global objective's gradient norm
 |(1/m) sum_j grad F_j(w)| over the clients' training shards (the paper's
@@ -55,7 +57,7 @@ def load(name):
     return X, y, Xt, yt
 
 
-def one_run(reg, X, y, Xt, yt, *, m, sharding, eps, seed, select=False):
+def one_run(reg, X, y, Xt, yt, *, m, sharding, eps, seed, select=False, fixed=None):
     from dpreg.accounting import RdpAccountant
     from dpreg.params import bind
     from dpreg.problem import Problem
@@ -66,6 +68,7 @@ def one_run(reg, X, y, Xt, yt, *, m, sharding, eps, seed, select=False):
     params = {"clients": m, "sharding": sharding}
     if select:
         params["select"] = "distributed-selection"
+    params.update(fixed or {})
     acc = RdpAccountant(eps, 1.0 / pb.n, cls.relation)
     algo = cls(pb, bind(cls.params, params, "distributed-spider"), noise=reg.get("noise", NOISE),
                accountant=acc, seed=seed)
@@ -83,6 +86,7 @@ def one_run(reg, X, y, Xt, yt, *, m, sharding, eps, seed, select=False):
            "n_per_client": min(info["records_per_client"]), "epsilon": acc.epsilon_spent,
            "eps_max_clients": info["epsilon_max_over_clients"], "alpha": info["alpha"],
            "batch1": info["batch1"], "batch2": info["batch2"], "noise_multiplier": info["noise_multiplier"],
+           "kappa": info["kappa"],
            "floats_down": info["communication"]["floats_down_per_round_per_client"],
            "floats_up": info["communication"]["floats_up_per_round_per_client"],
            "bytes_down": info["communication"]["bytes_down"] / max(1, m * info["rounds"]),
@@ -101,12 +105,16 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--full", action="store_true", help="the issue's grid: m up to 8, eps 0.5/1/2, 5 seeds")
     ap.add_argument("--raw", default="/tmp/dpreg-bench/experiment-distributed.jsonl")
+    ap.add_argument("--render", action="store_true", help="only rebuild the page from --raw")
     args = ap.parse_args(argv)
+    if args.render:
+        rows = [json.loads(line) for line in open(args.raw)]
+        return render(rows, None, args)
     from dpreg.registry import get_registry
 
     reg = get_registry()
     ms = (1, 2, 4, 8) if args.full else (1, 2, 4)
-    epss = (0.5, 1.0, 2.0) if args.full else (1.0,)
+    epss = (1.0,) if args.quick else (0.5, 1.0, 2.0)
     seeds = range(5 if args.full else (1 if args.quick else 3))
     datasets = ("ijcnn1",) if args.quick else tuple(DATASETS)
     Path(args.raw).parent.mkdir(parents=True, exist_ok=True)
@@ -118,18 +126,26 @@ def main(argv=None):
         n_client = N // max(ms)
         for eps in epss:
             for seed in seeds:
+                base = None
                 for m in ms:
                     for sharding in (("iid",) if m == 1 else ("iid", "dirichlet")):
                         # fixed n per client: the first m * n_client records of a public permutation
                         keep = np.sort(np.random.default_rng(17).permutation(N)[: m * n_client])
                         r = one_run(reg, X[keep], y[keep], Xt, yt, m=m, sharding=sharding, eps=eps, seed=seed)
                         rows.append(dict(r, data=name, d=d, setting="fixed n per client"))
+                        if m == 1:  # the one-machine plan, reused below at every m
+                            base = {k: r[k] for k in ("alpha", "kappa", "batch1", "batch2")}
+                        else:
+                            r = one_run(reg, X[keep], y[keep], Xt, yt, m=m, sharding=sharding, eps=eps,
+                                        seed=seed, fixed=base)
+                            rows.append(dict(r, data=name, d=d, setting="fixed n per client, m=1 plan"))
                         r = one_run(reg, X, y, Xt, yt, m=m, sharding=sharding, eps=eps, seed=seed)
                         rows.append(dict(r, data=name, d=d, setting="fixed total"))
                         print(json.dumps({k: rows[-1][k] for k in ("data", "m", "sharding", "seed", "grad_norm",
                                                                      "rounds", "wall_s")}), flush=True)
-                r = one_run(reg, X, y, Xt, yt, m=4, sharding="iid", eps=eps, seed=seed, select=True)
-                rows.append(dict(r, data=name, d=d, setting="selection"))
+                if eps == 1.0:
+                    r = one_run(reg, X, y, Xt, yt, m=4, sharding="iid", eps=eps, seed=seed, select=True)
+                    rows.append(dict(r, data=name, d=d, setting="selection"))
     with open(args.raw, "w") as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
@@ -142,6 +158,10 @@ def _ms(vals):
     return f"{a.mean():.4f} +- {se:.4f}"
 
 
+NOTES = """
+"""
+
+
 def render(rows, total_s, args):
     groups = defaultdict(list)
     for r in rows:
@@ -150,7 +170,8 @@ def render(rows, total_s, args):
              f"Generated by `{COMMAND}{' --quick' if args.quick else ''}{' --full' if args.full else ''}` "
              "(do not edit by hand); raw rows in " + f"`{args.raw}`.", "",
              __doc__.split("\n\n", 1)[1].split("    python")[0].strip(), "",
-             f"Total wall time of the grid: {total_s:.0f} s.", "",
+             f"Runs: {len(rows)}; sum of their wall times (algorithm only, loaded 2-core machine shared with "
+             f"other jobs): {sum(r['wall_s'] for r in rows):.0f} s.", "",
              "## Alg 1 + Alg 3 (distributed-spider)", "",
              "| data | setting | m | sharding | eps | n per client | |grad F| (mean +- se) | test acc | certified | rounds | alpha | z | floats down/up per round per client | s/run |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -165,7 +186,7 @@ def render(rows, total_s, args):
                      f"{g[0]['alpha']:.3g} | {g[0]['noise_multiplier']:.3g} | "
                      f"{np.mean([r['floats_down'] for r in g]):.1f} / {np.mean([r['floats_up'] for r in g]):.0f} | "
                      f"{np.mean([r['wall_s'] for r in g]):.2f} |")
-    lines += ["", "## Alg 4 after an m = 4 run (distributed-selection, 20% of every shard fresh)", "",
+    lines += ["", NOTES.strip(), "", "## Alg 4 after an m = 4 run (distributed-selection, 20% of every shard fresh)", "",
               "| data | d | seed | candidates | accepted index | Remark 3 bound on d | Remark 3 holds | grad threshold | lambda threshold | alpha | |grad F| at output | floats up per client |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -175,6 +196,21 @@ def render(rows, total_s, args):
                      f"{r['sel_remark3_bound']:.1f} | {r['sel_remark3']} | {r['sel_grad_threshold']:.3g} | "
                      f"{r['sel_lambda_threshold']:.3g} | {r['sel_alpha']:.3g} | {r['grad_norm']:.4f} | "
                      f"{r['sel_floats_up']} |")
+    lines += ["", "## Communication per round (measured by the backend)", "",
+              "Server -> each client: the round number, the mode and x_{t-1} (O1 round: d + 2 numbers), plus "
+              "x_{t-2} in an O2 round (2d + 2); each client -> server: its noisy estimate (d floats).  Alg 4: "
+              "d + d(d+1)/2 floats per client per candidate (the gradient and the Hessian's upper triangle).  "
+              "Bytes are the pickled messages (protocol 5), as the local backend measures them; Dask's own "
+              "framing adds a constant per message.", "",
+              "| data | d | O1 round down | O2 round down | up | measured floats down / up per round per client (mean over runs) | measured bytes down / up per round per client | Alg 4 floats up per client per candidate |",
+              "|---|---|---|---|---|---|---|---|"]
+    for data in sorted({r["data"] for r in rows}):
+        rs = [r for r in rows if r["data"] == data and r["setting"] != "selection"]
+        d = rs[0]["d"]
+        lines.append(f"| {data} | {d} | {d + 2} | {2 * d + 2} | {d} | "
+                     f"{np.mean([r['floats_down'] for r in rs]):.1f} / {np.mean([r['floats_up'] for r in rs]):.0f} | "
+                     f"{np.mean([r['bytes_down'] for r in rs]):.0f} / {np.mean([r['bytes_up'] for r in rs]):.0f} | "
+                     f"{d + d * (d + 1) // 2} |")
     DOC.write_text("\n".join(lines) + "\n")
     print(f"wrote {DOC}")
 

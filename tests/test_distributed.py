@@ -56,15 +56,16 @@ def test_one_client_is_perturbed_sgd_bit_for_bit(registry, pb, noise):
 
 def test_dask_backend_equals_local_bit_for_bit_four_clients(registry, pb):
     pytest.importorskip("distributed")  # the 'distributed' extra; part of the test extra (CI runs it)
-    loc, acc_l = _algo(registry, "distributed-spider", pb, clients=4, sharding="dirichlet", beta=1.0)
-    dsk, acc_d = _algo(registry, "distributed-spider", pb, clients=4, sharding="dirichlet", beta=1.0,
-                       backend="dask")
+    kw = dict(clients=4, sharding="dirichlet", beta=1.0, select="distributed-selection")
+    loc, acc_l = _algo(registry, "distributed-spider", pb, **kw)
+    dsk, acc_d = _algo(registry, "distributed-spider", pb, backend="dask", **kw)
     ol, od = loc.run(), dsk.run()
     assert od.info["backend"] == "dask" and ol.info["backend"] == "local"
     assert np.array_equal(ol.w, od.w) and ol.iterations == od.iterations > 1
     assert all(np.array_equal(u, v) for u, v in zip(ol.info["trajectory"].iterates, od.info["trajectory"].iterates))
     assert ol.info["client_privacy"] == od.info["client_privacy"]
     assert ol.info["communication"] == od.info["communication"]
+    assert ol.info["selection"] == od.info["selection"] and ol.info["selection"]["candidates"] >= 2
     assert acc_l.epsilon_spent == acc_d.epsilon_spent
 
 
