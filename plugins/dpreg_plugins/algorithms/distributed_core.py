@@ -319,6 +319,10 @@ class DaskBackend:
     actors' method concurrently and waits; a lost worker (its actor's task no
     longer held) or a round longer than ``timeout`` seconds aborts the run
     with a :class:`DpregError` - the step is never retried elsewhere.
+
+    In-process workers (the LocalCluster) call the numba kernels from several
+    threads at once, which needs a thread-safe numba threading layer (``omp``
+    or ``tbb``; ``workqueue`` is not); separate worker processes do not.
     """
 
     name = "dask"
