@@ -321,3 +321,6 @@ def test_cli_run_and_info(tmp_path):
     bad = CliRunner().invoke(cli, ["run", "--algo", "distributed-spider", "--data", "synthetic-logistic:n=400,d=4",
                                    "--param", "clients=300", "--out", "none"])
     assert bad.exit_code == 2 and "too few" in bad.output
+    central = CliRunner().invoke(cli, ["run", "--algo", "distributed-spider", "--data", "synthetic-logistic:n=400,d=4",
+                                       "--select", "distributed-selection", "--alpha", "0.1", "--out", "none"])
+    assert central.exit_code == 2 and "--param select=distributed-selection" in central.output

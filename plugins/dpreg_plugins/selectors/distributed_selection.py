@@ -81,7 +81,10 @@ class DistributedSelection(Selector):
     )
 
     def __init__(self, problem, *, accountant, omega: float = 0.1, grad_clip: float | None = None,
-                 hess_clip: float | None = None):
+                 hess_clip: float | None = None, rng=None):
+        if rng is not None:  # built by the pipeline's --select, which holds no clients
+            raise ParameterError("distributed-selection needs the clients' selection shares: use "
+                                 "--algo distributed-spider --param select=distributed-selection")
         G, M, rho = problem.constants()
         if problem.d > DENSE_MAX_D:
             raise ParameterError(f"distributed-selection releases d x d Hessians: d <= {DENSE_MAX_D}, "
