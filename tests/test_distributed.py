@@ -69,6 +69,17 @@ def test_dask_backend_equals_local_bit_for_bit_four_clients(registry, pb):
     assert acc_l.epsilon_spent == acc_d.epsilon_spent
 
 
+def test_dask_backend_on_a_named_scheduler_places_clients_round_robin(registry, pb):
+    distributed = pytest.importorskip("distributed")
+    loc, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=3, max_steps=4)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        dsk, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=3, max_steps=4,
+                       backend="dask", scheduler=cluster.scheduler_address)
+        od = dsk.run()
+    assert np.array_equal(loc.run().w, od.w) and od.info["rounds"] >= 2
+
+
 def test_lost_worker_aborts_with_one_line_and_no_record(registry, tmp_path, monkeypatch):
     pytest.importorskip("distributed")
     from dpreg.pipeline import RunConfig, run_pipeline
