@@ -232,13 +232,13 @@ def race(algo: str, load: int, X=None, y=None) -> dict:
     import time
 
     from dpreg.params import bind
-    from dpreg.pipeline import load_data
+    from dpreg.pipeline import load_prepared
     from dpreg.problem import Problem
     from dpreg.registry import get_registry
 
     reg = get_registry()
     if X is None:
-        X, y, _, _ = load_data(str(IJCNN1), seed=0, labels="binary")
+        X, y, _, _ = load_prepared(str(IJCNN1), seed=0, labels="binary")
     loss = reg.get("loss", "logistic")
     pb = Problem(loss, X, y)
     cls = reg.get("algorithm", algo)

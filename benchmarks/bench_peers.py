@@ -35,9 +35,9 @@ BATCH, CLIP, STEP = 256, 1.0, 4.0
 
 def load(name):
     """(X dense float64 rows in the unit ball, y in {-1, +1}) through dpreg's loader."""
-    from dpreg.pipeline import load_data
+    from dpreg.pipeline import load_prepared
 
-    X, y, _, _ = load_data(str(DATA[name]), seed=0, labels="binary")
+    X, y, _, _ = load_prepared(str(DATA[name]), seed=0, labels="binary")
     return np.ascontiguousarray(X), y
 
 

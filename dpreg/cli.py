@@ -105,26 +105,37 @@ def cli():
               help="share of epsilon spent on --select (charged before the run)")
 @click.option("--out", type=click.Path(dir_okay=False), default="run.json", show_default=True,
               help="write the JSON record here ('none': do not write one)")
+@click.option("--backend", type=click.Choice(["local", "dask"]), default=None,
+              help="where a distributed algorithm's clients run (local in-process, or Dask actors)")
+@click.option("--scheduler", default=None, metavar="ADDRESS",
+              help="Dask scheduler address for --backend dask [default: a LocalCluster]")
 @click.option("--no-diagnostics", "no_diagnostics", is_flag=True,
               help="compute no diagnostics: the record is the release alone (safe to publish)")
 @click.option("--json", "as_json", is_flag=True, help="print the whole JSON record on stdout")
 @user_errors
 def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, seed, split_seed,
         features, zero_based, labels, intercept, scaling, bounds, scaling_share, alpha, select, select_share, out,
-        no_diagnostics, as_json):
+        backend, scheduler, no_diagnostics, as_json):
     """Run one private optimization and report privacy spent and metrics."""
     from .pipeline import DEFAULTS, RunConfig, run_pipeline
     from .results import to_json
 
     if out is not None and out.strip().lower() in ("none", ""):
         out = None
+    params = list(params)
+    if scheduler is not None and backend is None:
+        backend = "dask"
+    if backend is not None:  # --backend/--scheduler are the distributed algorithms' own parameters
+        params.append(f"backend={backend}")
+    if scheduler is not None:
+        params.append(f"scheduler={scheduler}")
 
     def warn(msg):
         click.echo(f"warning: {msg}", err=True)
 
     cfg = RunConfig(algo=algo or DEFAULTS["algo"], noise=noise, loss=loss or DEFAULTS["loss"],
                     data=data or DEFAULTS["data"], test_data=test_data, test_fraction=test_fraction,
-                    epsilon=epsilon, delta=delta, accountant=accountant, params=list(params),
+                    epsilon=epsilon, delta=delta, accountant=accountant, params=params,
                     seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
                     intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share,
                     alpha=alpha, select=select, select_share=select_share, out=out,

@@ -185,6 +185,19 @@ def load_data(spec, *, schema, split_seed: int, test: bool = False) -> Loaded:
     return Loaded(X, y, os.path.abspath(spec), schema=schema, inferred=inferred)
 
 
+def load_prepared(spec, *, seed: int = 0, labels: str = "binary", d: int | None = None, test: bool = False):
+    """``(X, y, source, description)`` ready for a :class:`~dpreg.problem.Problem`
+    without an intercept: loaded (``seed`` is the public split seed of
+    synthetic sets), validated, labels mapped to -1/+1 (fixed or inferred
+    map), rows scaled into the unit ball.  For scripts, benchmarks and tests;
+    ``dpreg run`` goes through :func:`run_pipeline`."""
+    from .data import Schema, prepare
+
+    tr = load_data(spec, schema=Schema(n_features=d), split_seed=seed, test=test)
+    X, y = prepare(tr.X, tr.y, labels=labels, where=str(tr.description), d=d, copy=False)
+    return X, y, tr.source, tr.description
+
+
 def _validate(cfg: RunConfig, reg):
     algo_cls = reg.get("algorithm", cfg.algo)
     loss = reg.get("loss", cfg.loss)

@@ -38,6 +38,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.algorithms.perturbed_sgd",
     "dpreg_plugins.selectors.private_selection",
     "dpreg_plugins.algorithms.warm_start",
+    "dpreg_plugins.algorithms.distributed_spider",
+    "dpreg_plugins.selectors.distributed_selection",
     "dpreg_plugins.commands.audit",
 )
 

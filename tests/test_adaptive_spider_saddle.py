@@ -34,10 +34,10 @@ BASE = {"alpha": ALPHA, "clip": 1.0, "step": 1.0, "batch": 200, "kappa": 0.5, "z
 
 @pytest.fixture(scope="module")
 def setup(registry):
-    from dpreg.pipeline import load_data
+    from dpreg.pipeline import load_prepared
     from dpreg.problem import Problem
 
-    X, y, _, _ = load_data(f"phase-retrieval:n={N},d={D}", seed=0, labels="real")
+    X, y, _, _ = load_prepared(f"phase-retrieval:n={N},d={D}", seed=0, labels="real")
     pb = Problem(registry.get("loss", "phase-retrieval"), X, y)
     return pb, registry.get("algorithm", "adaptive-spider"), -math.sqrt(pb.constants()[2] * ALPHA)
 

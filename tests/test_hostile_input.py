@@ -153,7 +153,7 @@ OPTS = [
     (["--delta", "1"], "delta must be in (0, 1)"),
     (["--delta", "2"], "delta must be in (0, 1)"),
     (["--delta", "nan"], "delta must be in (0, 1)"),
-    (["--algo", "nope"], "valid algorithm names: adaptive-spider, dp-gd"),
+    (["--algo", "nope"], "valid algorithm names: adaptive-spider, "),
     (["--algo", "dp-spider", "--noise", "nope"], "valid noise names: gaussian, sqrt-factorization, tree, tree-honaker"),
     (["--loss", "nope"], "valid loss names: logistic"),
     (["--accountant", "nope"], "valid accountant names: pld, rdp"),

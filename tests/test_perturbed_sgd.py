@@ -21,10 +21,10 @@ EPS = 1.0
 
 @pytest.fixture(scope="module")
 def logistic_problem(registry):
-    from dpreg.pipeline import load_data
+    from dpreg.pipeline import load_prepared
     from dpreg.problem import Problem
 
-    X, y, _, _ = load_data("synthetic-logistic:n=20000,d=10", seed=3, labels="binary")
+    X, y, _, _ = load_prepared("synthetic-logistic:n=20000,d=10", seed=3, labels="binary")
     return Problem(registry.get("loss", "logistic"), X, y)
 
 
@@ -113,10 +113,10 @@ def reference_run(pb, r, perm, *, init):
 
 
 def test_matches_plain_numpy_reference(registry, algo_cls):
-    from dpreg.pipeline import load_data
+    from dpreg.pipeline import load_prepared
     from dpreg.problem import Problem
 
-    X, y, _, _ = load_data("synthetic-logistic:n=3000,d=5", seed=1, labels="binary")
+    X, y, _, _ = load_prepared("synthetic-logistic:n=3000,d=5", seed=1, labels="binary")
     pb = Problem(registry.get("loss", "logistic"), X, y)
     params = dict(alpha=0.08, batch1=300, batch2=30, kappa=0.05, step=4.0, clip=1.0,
                   diff_clip=0.25, escape_steps=6, escape_radius=0.05, repeats=3)
@@ -183,12 +183,12 @@ def test_over_budget_plan_refused_before_any_release(registry, algo_cls, logisti
 def test_noise_scale_of_first_release(registry, algo_cls):
     """At w = 0 on phase retrieval every per-record gradient is exactly 0, so
     the first release is pure noise: per-coordinate std z * 2C / b1."""
-    from dpreg.pipeline import load_data
+    from dpreg.pipeline import load_prepared
     from dpreg.problem import Problem
     from dpreg_plugins.algorithms.perturbed_sgd import AdaptiveSpiderOracle
     from dpreg_plugins.algorithms.spider_core import SpiderEstimator
 
-    X, y, _, _ = load_data("phase-retrieval:n=400,d=40", seed=0, labels="real")
+    X, y, _, _ = load_prepared("phase-retrieval:n=400,d=40", seed=0, labels="real")
     pb = Problem(registry.get("loss", "phase-retrieval"), X, y)
     z, C, b1 = 2.0, 1.0, 100
     samples = []

@@ -59,11 +59,11 @@ class NoNoise(NoiseMechanism):
 
 @pytest.fixture(scope="module")
 def setup(registry):
-    from dpreg.pipeline import load_data
+    from dpreg.pipeline import load_prepared
     from dpreg.problem import Problem
 
     loss = registry.get("loss", "phase-retrieval")
-    X, y, _, _ = load_data(f"phase-retrieval:n={N},d={D}", seed=0, labels="real")
+    X, y, _, _ = load_prepared(f"phase-retrieval:n={N},d={D}", seed=0, labels="real")
     pb = Problem(loss, X, y)
     from dpreg.metrics import lambda_min
 

@@ -104,6 +104,27 @@ class AdaptiveSpiderOracle:
         self.g: np.ndarray | None = None
         self.n_reused = self.n_clipped = 0
 
+    # the oracle interface PerturbedSGD.descend drives (a distributed oracle is a drop-in)
+    @property
+    def records_used(self) -> int:
+        """Records spent so far."""
+        return self.access.used
+
+    @property
+    def records_total(self) -> int:
+        """Records the oracle may spend in all (for progress and checkpoint spacing)."""
+        return self.access.n
+
+    @property
+    def gradient_evaluations(self) -> int:
+        return self.est.gradient_evaluations
+
+    def stats(self) -> dict:
+        """Counts for the run info (queries, longest phase, reuses, clipped terms)."""
+        return dict(o1_queries=self.est.phases, o2_queries=self.est.o2_calls,
+                    longest_phase=self.est.max_phase_steps, reused_queries=self.n_reused,
+                    clipped_terms=self.n_clipped)
+
     def query(self, x: np.ndarray) -> np.ndarray:
         if self.prev is not None:
             moved = float(np.dot(x - self.prev, x - self.prev))
@@ -183,22 +204,31 @@ class PerturbedSGD(Algorithm):
     )
 
     # ---------------------------------------------------------------- resolution
+    def sample_size(self) -> int:
+        """n of the theorem and of the batch plan: the records one oracle may spend."""
+        return self.problem.n
+
+    def theory(self):
+        """(alpha(n, d, eps, G, M, rho, U), kappa(...)): the theorem behind the defaults."""
+        return theorem2_alpha, theorem2_kappa
+
     def resolve(self) -> dict:
         """Every parameter's value (given or derived), plus the calibrated noise
         multiplier z and the mechanism horizon; nothing is read off the data but n, d."""
         pb, p = self.problem, self.p
-        n, d = pb.n, pb.d
+        n, d = self.sample_size(), pb.d
         eps, delta = self.accountant.epsilon_budget, self.accountant.delta
         G, M, rho = pb.constants()
         U = float(p["U"])
-        alpha = p["alpha"] if p["alpha"] is not None else theorem2_alpha(n, d, eps, G, M, rho, U)
+        theory_alpha, theory_kappa = self.theory()
+        alpha = p["alpha"] if p["alpha"] is not None else theory_alpha(n, d, eps, G, M, rho, U)
         chi = alpha / 4.0
         iota = float(p["s"]) * float(p["mu"])
         eta = p["step"] if p["step"] is not None else 1.0 / M
         T_esc = p["escape_steps"] or max(1, math.ceil(float(p["mu"]) / (eta * math.sqrt(rho * alpha))))
         S = p["escape_radius"] if p["escape_radius"] is not None else math.sqrt(alpha / rho) / iota ** 1.5
         Q = p["repeats"] or math.ceil(2.5 * math.log(1 / 0.1))
-        kappa = p["kappa"] if p["kappa"] is not None else theorem2_kappa(n, d, eps, G, M, rho, U)
+        kappa = p["kappa"] if p["kappa"] is not None else theory_kappa(n, d, eps, G, M, rho, U)
         clip = p["clip"] if p["clip"] is not None else G
         diff_clip = p["diff_clip"] if p["diff_clip"] is not None else M
         radius = p["radius"] if p["radius"] is not None else pb.loss.radius
@@ -236,8 +266,6 @@ class PerturbedSGD(Algorithm):
         if self.noise is None:
             raise ParameterError("perturbed-sgd needs a noise mechanism (--noise)")
         r = self.resolve()
-        eta, chi, S, T_esc, Q = r["eta"], r["chi"], r["escape_radius"], r["escape_steps"], r["repeats"]
-        radius = r["radius"]
         access = SinglePass(pb.n, self.rng("perturbed-sgd batches"))
         est = SpiderEstimator(pb, self.noise, noise_multiplier=r["noise_multiplier"],
                               horizon=r["horizon"], accountant=self.accountant,
@@ -245,6 +273,17 @@ class PerturbedSGD(Algorithm):
                               smoothness=r["diff_clip"], diff_cap=2 * r["clip"])
         oracle = AdaptiveSpiderOracle(est, access, b1=r["batch1"], b2=r["batch2"], kappa=r["kappa"],
                                       max_phase=r["horizon"])
+        return self.descend(oracle, r)
+
+    def descend(self, oracle, r: dict) -> RunOutput:
+        """Alg 1 (lines 1-24) driven by ``oracle``: anything with ``query(x)``
+        (a noisy gradient, or :class:`~dpreg.access.Exhausted` raised before any
+        release), ``records_used``, ``records_total``, ``gradient_evaluations``
+        and ``stats()`` - :class:`AdaptiveSpiderOracle` here, the distributed
+        Alg 3 oracle in ``distributed-spider``.  ``r``: the resolved parameters."""
+        pb = self.problem
+        eta, chi, S, T_esc, Q = r["eta"], r["chi"], r["escape_radius"], r["escape_steps"], r["repeats"]
+        radius = r["radius"]
         if self.init is not None:
             x = self.initial_point()
         elif self.p["init"] == "random":
@@ -253,7 +292,7 @@ class PerturbedSGD(Algorithm):
         else:
             x = np.zeros(pb.d)
         max_steps = self.p["max_steps"] or math.inf
-        traj = Trajectory(max(1, pb.n // r["batch2"]))
+        traj = Trajectory(max(1, oracle.records_total // r["batch2"]))
         traj.log(0, x)
         stats = dict(escape_tests=0, escape_attempts=0, escapes=0)
         log: list[dict] = []  # first LOG_MAX escape tests: where, how many attempts, outcome
@@ -272,7 +311,7 @@ class PerturbedSGD(Algorithm):
             g = oracle.query(x)
             steps += 1
             traj.log(steps, x, noisy_grad_norm=float(np.linalg.norm(g)))
-            self.progress(access.used, pb.n)
+            self.progress(oracle.records_used, oracle.records_total)
             return g
 
         try:
@@ -316,11 +355,9 @@ class PerturbedSGD(Algorithm):
             out = x
         traj.finish(steps, out)
         info = dict(r)
-        info.update(stats, escape_log=log, certified=certified, stop_reason=stop, o1_queries=est.phases,
-                    o2_queries=est.o2_calls,
-                    longest_phase=est.max_phase_steps, reused_queries=oracle.n_reused,
-                    clipped_terms=oracle.n_clipped, noise=self.noise.name, trajectory=traj)
-        return RunOutput(np.array(out, dtype=float), steps, access.used, est.gradient_evaluations,
+        info.update(stats, escape_log=log, certified=certified, stop_reason=stop, **oracle.stats(),
+                    noise=self.noise.name, trajectory=traj)
+        return RunOutput(np.array(out, dtype=float), steps, oracle.records_used, oracle.gradient_evaluations,
                          traj.series, info)
 
 

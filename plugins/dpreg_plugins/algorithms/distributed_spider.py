@@ -1,0 +1,324 @@
+"""``distributed-spider``: Algorithm 1 (Gaussian-perturbed SGD with the
+drift-distance escape test) driven by the Algorithm 3 oracle (distributed
+adaptive DP-SPIDER) of perturbed-sgd-adaptive-spider-distributed-sosp.txt.
+
+m clients each hold a shard and add their own noise; the server is untrusted
+(inter-client record-level DP, Def 3).  Alg 1 is ``perturbed-sgd``'s own loop
+(:meth:`PerturbedSGD.descend`, reused, not copied); only the oracle changes:
+
+    server: drift >= kappa (or the phase holds `horizon` adds) ? O1 : O2;
+            broadcast (mode, x_{t-1}, x_{t-2})          [O1: (mode, x_{t-1})]
+    client j: O1: next b1 unused records of its shard, new running sum;
+              O2: next b2, clipped difference added;  release g_j through its
+              own noise mechanism, charged to its own accountant first
+    server: g_t = (1/m) sum_j g_j ;  drift += |x_{t-1} - x_{t-2}|^2
+
+(drift is the distance the query point moved, as in ``perturbed-sgd``; Alg 3
+line 17's eta^2 |g_t|^2 is the same for an unprojected step).  Every
+``--noise`` plugin works per client; clients and their transport live in
+:mod:`~dpreg_plugins.algorithms.distributed_core` (backends ``local`` and
+``dask``).
+
+Privacy.  Each client is single pass over its shard and charges its own
+accountant (same kind and (epsilon, delta) as the run's) before each release,
+which refuses anything its budget does not cover.  The reported epsilon is
+the maximum over clients; the run's accountant stays the one source of it:
+before each round the server charges it the event every client is about to
+charge (the noise plugin's ``record_event(z, horizon, "disjoint", 1)``, to the
+round's batch group - all clients release the same event each round, so this
+*is* the worst client's history), and after the run every client's accountant
+state is put in the run info and checked not to exceed the reported epsilon.
+Averaging is post-processing; the server's noise is sqrt(m) times what a
+trusted curator would need (the price of trusting no one).
+
+Defaults follow Thm 3: n is the records of the smallest client's training
+part; alpha and kappa use mn and sqrt(m) n eps (the paper prints sqrt(mn) eps;
+its proof, eq. 94-95, and Remark 2 give sqrt(m) n eps).  Batch sizes, the
+noise calibration and the horizon are ``perturbed-sgd``'s resolution with that
+n, so changes to it flow through.  With ``clients=1`` the run is
+``perturbed-sgd`` bit for bit (same randomness streams, same data order).
+
+Optional private model selection (Alg 4) after the run: ``select=
+distributed-selection`` reserves ``selection_fraction`` of every shard as fresh
+data and runs :class:`~dpreg_plugins.selectors.distributed_selection.DistributedSelection`
+over the run's checkpoint iterates (training and selection records are
+disjoint, so they compose in parallel: each gets the full budget).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from dpreg import hookimpl
+from dpreg.access import Exhausted
+from dpreg.errors import DpregError, ParameterError
+from dpreg.interfaces import Participation, RunOutput, charge
+from dpreg.params import ParamSpec
+
+from .distributed_core import BACKENDS, SHARDINGS, client_stream, make_backend, shard
+from .perturbed_sgd import PAPER, PerturbedSGD
+
+
+# --------------------------------------------------------------------- defaults
+def theorem3_alpha(n: int, d: int, eps: float, G: float, M: float, rho: float, U: float, m: int = 1) -> float:
+    """alpha of Theorem 3 (log factors dropped), n records per client:
+    (G U M/(m n))^(1/3) + G^(2/15) U^(2/5) M^(8/15) rho^(-1/15) (sqrt(d)/(sqrt(m) n eps))^(2/5)."""
+    return ((G * U * M / (m * n)) ** (1 / 3)
+            + G ** (2 / 15) * U ** 0.4 * M ** (8 / 15) * rho ** (-1 / 15)
+            * (math.sqrt(d) / (math.sqrt(m) * n * eps)) ** 0.4)
+
+
+def theorem3_kappa(n: int, d: int, eps: float, G: float, M: float, rho: float, U: float, m: int = 1) -> float:
+    """kappa of Theorem 3: max{G^1.5 U^.5 rho^.5/(M^2.5 (m n)^.5),
+    G^(14/15) d^(2/5) U^(4/5) rho^(8/15)/(M^(34/15) (sqrt(m) n eps)^(4/5))}."""
+    return max(G ** 1.5 * U ** 0.5 * rho ** 0.5 / (M ** 2.5 * (m * n) ** 0.5),
+               G ** (14 / 15) * d ** 0.4 * U ** 0.8 * rho ** (8 / 15)
+               / (M ** (34 / 15) * (math.sqrt(m) * n * eps) ** 0.8))
+
+
+# ----------------------------------------------------------------------- oracle
+class DistributedSpiderOracle:
+    """Alg 3 on the server side: a drop-in for
+    :class:`~dpreg_plugins.algorithms.perturbed_sgd.AdaptiveSpiderOracle`
+    (same drift rule, same reuse of a repeated query point, same forced O1
+    after ``max_phase`` adds), whose releases are the average of the clients'.
+
+    ``query(x)`` raises :class:`~dpreg.access.Exhausted` before any round when
+    the smallest training shard cannot pay for it; otherwise it charges the
+    run's ``accountant`` the round's per-client event (see the module
+    docstring), broadcasts, and averages.  Record counts are per client.
+    """
+
+    def __init__(self, backend, accountant, event, *, b1: int, b2: int, kappa: float, max_phase: int,
+                 records: int):
+        self.backend = backend
+        self.m = len(backend)
+        self.accountant = accountant
+        self.event = event
+        self.b1, self.b2, self.kappa = int(b1), int(b2), float(kappa)
+        self.max_phase = int(max_phase)
+        self.n = int(records)
+        self.drift = math.inf
+        self.prev: np.ndarray | None = None
+        self.g: np.ndarray | None = None
+        self.used = self.rounds = self.phase_steps = 0
+        self.o1 = self.o2 = self.longest = self.n_reused = 0
+        self.gradient_evaluations = 0
+
+    @property
+    def records_used(self) -> int:
+        """Records each client has spent (all clients spend the same)."""
+        return self.used
+
+    @property
+    def records_total(self) -> int:
+        return self.n
+
+    def stats(self) -> dict:
+        return dict(o1_queries=self.o1, o2_queries=self.o2, longest_phase=self.longest,
+                    reused_queries=self.n_reused, rounds=self.rounds)
+
+    def query(self, x: np.ndarray) -> np.ndarray:
+        if self.prev is not None:
+            moved = float(np.dot(x - self.prev, x - self.prev))
+            if moved == 0.0:  # O2(x, x) = 0: no round, nothing released
+                self.n_reused += 1
+                return self.g.copy()
+            self.drift += moved
+        o1 = self.g is None or self.drift >= self.kappa or self.phase_steps >= self.max_phase
+        b = self.b1 if o1 else self.b2
+        if self.used + b > self.n:
+            raise Exhausted(f"{b} records requested, {self.n - self.used} unused on the smallest shard")
+        self.rounds += 1
+        # the run's accountant: the event each client charges its own before releasing
+        charge(self.accountant, self.event, Participation.disjoint(("batch", self.rounds)),
+               label=f"round {self.rounds} (per-client release)")
+        x = np.array(x, dtype=float)
+        if o1:
+            msgs = self.backend.call("step", self.rounds, "O1", x, None)
+        else:
+            msgs = self.backend.call("step", self.rounds, "O2", x, self.prev)
+        g = np.array(msgs[0], dtype=float, copy=True)
+        for v in msgs[1:]:
+            g += v
+        g /= self.m
+        self.used += b
+        if o1:
+            self.o1 += 1
+            self.drift = 0.0
+            self.phase_steps = 1
+            self.gradient_evaluations += self.m * b
+        else:
+            self.o2 += 1
+            self.phase_steps += 1
+            self.gradient_evaluations += 2 * self.m * b
+        self.longest = max(self.longest, self.phase_steps)
+        self.g = g
+        self.prev = x
+        return self.g.copy()
+
+
+# -------------------------------------------------------------------- algorithm
+def _replace(specs, **new):
+    return tuple(new.get(s.name, s) for s in specs)
+
+
+class DistributedSpider(PerturbedSGD):
+    """Alg 1 over the distributed adaptive DP-SPIDER oracle of Alg 3 (m clients, client-side noise)."""
+
+    name = "distributed-spider"
+    summary = ("distributed adaptive DP-SPIDER (m clients, each adding its own noise; ICRL-DP) inside "
+               "perturbed SGD's escape test; backends local and dask")
+    paper = (f"{PAPER}, Algorithm 1 with the Algorithm 3 oracle (distributed adaptive DP-SPIDER); "
+             f"optional Algorithm 4 (distributed private model selection)")
+    params = _replace(
+        PerturbedSGD.params,
+        alpha=ParamSpec("alpha", "float", None, "target accuracy alpha = 4 chi; |g| <= 3 chi triggers the escape test",
+                        "Thm 3: alpha = (GUM/(mn))^(1/3) + G^(2/15) U^(2/5) M^(8/15) rho^(-1/15) "
+                        "(sqrt(d)/(sqrt(m) n eps))^(2/5), n = records per client (log factors dropped)",
+                        low=0, low_open=True),
+        kappa=ParamSpec("kappa", "float", None, "drift threshold triggering an O1 refresh",
+                        "Thm 3: kappa = max{G^1.5 U^.5 rho^.5/(M^2.5 (mn)^.5), "
+                        "G^(14/15) d^(2/5) U^(4/5) rho^(8/15)/(M^(34/15)(sqrt(m) n eps)^(4/5))}",
+                        low=0, low_open=True),
+        batch1=ParamSpec("batch1", "int", None, "O1 batch size b1 per client",
+                         "Thm 3: b1 = n kappa/(2 U eta), n per client; practical floor as perturbed-sgd", low=1),
+        batch2=ParamSpec("batch2", "int", None, "O2 batch size b2 per client",
+                         "Thm 3: b2 = n eta chi^2/(2U), n per client; practical floor as perturbed-sgd", low=1),
+    ) + (
+        ParamSpec("clients", "int", 4, "number of clients m", "Alg 3: m clients, each holding a shard D_j",
+                  low=1),
+        ParamSpec("sharding", "str", "iid", "how records are spread over clients",
+                  "section 2: heterogeneous local distributions D_j; 'dirichlet': label skew with "
+                  "class proportions ~ Dirichlet(beta)", choices=SHARDINGS),
+        ParamSpec("beta", "float", 0.5, "Dirichlet concentration of the label skew (small: more skew)",
+                  "common federated-learning benchmark practice (not in the paper)", low=0, low_open=True),
+        ParamSpec("shard_seed", "int", 0, "public seed of the sharding (a simulation of where data lives)",
+                  "not a mechanism draw: public, like a test split", low=0),
+        ParamSpec("backend", "str", "local", "where the clients run: in-process or Dask actors",
+                  "implementation (dask needs the 'distributed' extra)", choices=BACKENDS),
+        ParamSpec("scheduler", "str", None, "address of a running Dask scheduler (backend=dask); "
+                  "default: a LocalCluster with one single-thread worker per client", "implementation"),
+        ParamSpec("select", "str", "none", "private model selection among the checkpoints after the run",
+                  "Alg 4 (distributed private model selection); 'none': Alg 1's own certificate",
+                  choices=("none", "distributed-selection")),
+        ParamSpec("selection_fraction", "float", 0.2, "share of every shard kept fresh for select",
+                  "Alg 4 needs S_j independent of the iterates; used only when select is set",
+                  low=0, high=0.9),
+        ParamSpec("select_alpha", "float", None, "alpha of Alg 4's test", "default: the run's alpha",
+                  low=0, low_open=True),
+        ParamSpec("omega", "float", 0.1, "failure probability omega' of Alg 4's thresholds",
+                  "Thm 4: omega'", low=0, low_open=True, high=1),
+    )
+
+    # ---------------------------------------------------------------- resolution
+    def _shards(self):
+        if getattr(self, "_shard_cache", None) is None:
+            p = self.p
+            frac = float(p["selection_fraction"]) if p["select"] != "none" else 0.0
+            self._shard_cache = shard(self.problem.y, int(p["clients"]), scheme=p["sharding"],
+                                      beta=float(p["beta"]), seed=int(p["shard_seed"]),
+                                      selection_fraction=frac)
+        return self._shard_cache
+
+    def sample_size(self) -> int:
+        """n of Thm 3: the training records of the smallest client."""
+        return min(tr.size for tr, _ in self._shards())
+
+    def theory(self):
+        m = int(self.p["clients"])
+        return functools.partial(theorem3_alpha, m=m), functools.partial(theorem3_kappa, m=m)
+
+    # ------------------------------------------------------------------------ run
+    def client_specs(self, r: dict) -> list[dict]:
+        """What each client is built from: its shard (training rows, then its
+        selection share), its own seed streams, the public plan."""
+        pb, m = self.problem, int(self.p["clients"])
+        cfg = dict(noise_multiplier=r["noise_multiplier"], horizon=r["horizon"], clip=r["clip"],
+                   diff_clip=r["diff_clip"], batch1=r["batch1"], batch2=r["batch2"],
+                   epsilon=self.accountant.epsilon_budget, delta=self.accountant.delta,
+                   relation=self.accountant.relation)
+        specs = []
+        for j, (tr, sel) in enumerate(self._shards()):
+            rows = np.concatenate([tr, sel])
+            seeds = {"noise": self.seed_sequence(client_stream("perturbed-sgd noise", j, m)),
+                     "batches": self.seed_sequence(client_stream("perturbed-sgd batches", j, m)),
+                     "selection": self.seed_sequence(f"distributed-selection client {j}")}
+            specs.append(dict(j=j, X=pb.X[rows], y=pb.y[rows], n_select=int(sel.size), loss=pb.loss,
+                              noise_cls=self.noise, accountant_cls=type(self.accountant), seeds=seeds,
+                              config=cfg))
+        return specs
+
+    def run(self) -> RunOutput:
+        if self.noise is None:
+            raise ParameterError("distributed-spider needs a noise mechanism (--noise)")
+        p = self.p
+        if p["scheduler"] is not None and p["backend"] != "dask":
+            raise ParameterError("scheduler is an address for backend=dask")
+        r = self.resolve()
+        m = int(p["clients"])
+        event = self.noise.record_event(r["noise_multiplier"], r["horizon"], "disjoint", 1)
+        backend = make_backend(p["backend"], self.client_specs(r), scheduler=p["scheduler"])
+        try:
+            oracle = DistributedSpiderOracle(backend, self.accountant, event, b1=r["batch1"], b2=r["batch2"],
+                                             kappa=r["kappa"], max_phase=r["horizon"],
+                                             records=self.sample_size())
+            out = self.descend(oracle, r)
+            selection = None
+            if p["select"] != "none":
+                out, selection = self._select(backend, out, r)
+            statuses = backend.call("status")
+            traffic = backend.traffic.as_dict()
+        finally:
+            backend.close()
+        eps_clients = [s["privacy"]["epsilon_spent"] for s in statuses]
+        if max(eps_clients) > self.accountant.epsilon_spent * (1 + 1e-6) + 1e-12:
+            raise DpregError(
+                f"client accountants spent epsilon={max(eps_clients):.6g} > the run's "
+                f"{self.accountant.epsilon_spent:.6g}: noise {self.noise.name!r}'s record_event does not "
+                f"match its charges; no record written")
+        rounds = oracle.rounds
+        d = self.problem.d
+        info = out.info
+        info.update(clients=m, sharding=p["sharding"], backend=backend.name,
+                    records_per_client=[s["records"] for s in statuses],
+                    selection_records_per_client=[s["selection_records"] for s in statuses],
+                    client_privacy=[s["privacy"] for s in statuses],
+                    epsilon_max_over_clients=max(eps_clients),
+                    clipped_terms=sum(s["clipped_terms"] for s in statuses),
+                    communication=dict(traffic, rounds=rounds,
+                                       floats_down_per_round_per_client=(traffic["floats_down"] / (m * rounds)
+                                                                         if rounds else 0.0),
+                                       floats_up_per_round_per_client=(traffic["floats_up"] / (m * rounds)
+                                                                       if rounds else 0.0),
+                                       model_floats=d),
+                    selection=selection)
+        out.records_used = sum(s["records_used"] for s in statuses)
+        out.gradient_evaluations = sum(s["gradient_evaluations"] for s in statuses)
+        return out
+
+    def _select(self, backend, out: RunOutput, r: dict):
+        """Alg 4 over the checkpoints (and the output) with every client's selection share."""
+        from dpreg.registry import get_registry
+
+        sel_cls = get_registry().get("selector", self.p["select"])
+        traj = out.info["trajectory"]
+        cands = [np.asarray(v, dtype=float) for v in traj.iterates]
+        if not cands or not np.array_equal(cands[-1], out.w):
+            cands.append(np.asarray(out.w, dtype=float))
+        alpha = self.p["select_alpha"] if self.p["select_alpha"] is not None else r["alpha"]
+        selector = sel_cls(self.problem, accountant=self.accountant, omega=float(self.p["omega"]),
+                           grad_clip=r["clip"])
+        res = selector.select(backend, cands, alpha=alpha)
+        info = dict(res.info, index=res.index, alpha=alpha, fallback_to_run_output=res.index is None,
+                    steps=list(traj.steps) + ([] if len(traj.steps) == len(cands) else [None]))
+        if res.index is not None:
+            out.w = np.asarray(res.w, dtype=float)
+        return out, info
+
+
+@hookimpl
+def dpreg_register_algorithms(register):
+    register(DistributedSpider.name, DistributedSpider, summary=DistributedSpider.summary)

@@ -1,0 +1,355 @@
+"""distributed-spider (Alg 1 over the Alg 3 oracle) and distributed-selection
+(Alg 4) of perturbed-sgd-adaptive-spider-distributed-sosp.txt: equality with
+perturbed-sgd for one client, dask == local bit for bit, a lost worker aborts
+with one line and no record, per-client accounting and refusal, client-side
+noise scale (sqrt(m) price), sharding, Alg 4's release and accounting."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from dpreg.access import SinglePass
+from dpreg.accounting import RdpAccountant
+from dpreg.errors import BudgetExceededError, DpregError, ParameterError
+from dpreg.params import bind
+from dpreg_plugins.algorithms import distributed_spider as ds
+from dpreg_plugins.algorithms.distributed_core import ClientNode, LocalBackend, client_stream, shard
+from dpreg_plugins.selectors.distributed_selection import (DistributedSelection, remark3_bound,
+                                                           selection_event)
+
+EPS = 1.0
+
+
+@pytest.fixture(scope="module")
+def pb(registry):
+    from dpreg.pipeline import load_prepared
+    from dpreg.problem import Problem
+
+    X, y, _, _ = load_prepared("synthetic-logistic:n=8000,d=6", seed=3, labels="binary")
+    return Problem(registry.get("loss", "logistic"), X, y)
+
+
+def _algo(registry, name, pb, noise="tree", seed=5, eps=EPS, **params):
+    cls = registry.get("algorithm", name)
+    acc = RdpAccountant(eps, 1.0 / pb.n, cls.relation)
+    algo = cls(pb, bind(cls.params, params, name), noise=registry.get("noise", noise), accountant=acc, seed=seed)
+    return algo, acc
+
+
+# -------------------------------------------------------------- equalities
+@pytest.mark.parametrize("noise", ["gaussian", "tree"])
+def test_one_client_is_perturbed_sgd_bit_for_bit(registry, pb, noise):
+    a, acc_a = _algo(registry, "perturbed-sgd", pb, noise)
+    b, acc_b = _algo(registry, "distributed-spider", pb, noise, clients=1)
+    oa, ob = a.run(), b.run()
+    assert np.array_equal(oa.w, ob.w)
+    assert (oa.iterations, oa.records_used, oa.gradient_evaluations) == \
+        (ob.iterations, ob.records_used, ob.gradient_evaluations)
+    for k in ("o1_queries", "o2_queries", "escape_tests", "certified", "noise_multiplier", "batch1", "batch2"):
+        assert oa.info[k] == ob.info[k], k
+    assert acc_a.epsilon_spent == acc_b.epsilon_spent
+    assert ob.info["client_privacy"][0]["epsilon_spent"] == pytest.approx(acc_b.epsilon_spent, rel=1e-12)
+
+
+def test_dask_backend_equals_local_bit_for_bit_four_clients(registry, pb):
+    pytest.importorskip("distributed")  # the 'distributed' extra; part of the test extra (CI runs it)
+    kw = dict(clients=4, sharding="dirichlet", beta=1.0, select="distributed-selection")
+    loc, acc_l = _algo(registry, "distributed-spider", pb, **kw)
+    dsk, acc_d = _algo(registry, "distributed-spider", pb, backend="dask", **kw)
+    ol, od = loc.run(), dsk.run()
+    assert od.info["backend"] == "dask" and ol.info["backend"] == "local"
+    assert np.array_equal(ol.w, od.w) and ol.iterations == od.iterations > 1
+    assert all(np.array_equal(u, v) for u, v in zip(ol.info["trajectory"].iterates, od.info["trajectory"].iterates))
+    assert ol.info["client_privacy"] == od.info["client_privacy"]
+    assert ol.info["communication"] == od.info["communication"]
+    assert ol.info["selection"] == od.info["selection"] and ol.info["selection"]["candidates"] >= 2
+    assert acc_l.epsilon_spent == acc_d.epsilon_spent
+
+
+def test_dask_backend_on_a_named_scheduler_places_clients_round_robin(registry, pb):
+    distributed = pytest.importorskip("distributed")
+    loc, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=3, max_steps=4)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster:
+        dsk, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=3, max_steps=4,
+                       backend="dask", scheduler=cluster.scheduler_address)
+        od = dsk.run()
+    assert np.array_equal(loc.run().w, od.w) and od.info["rounds"] >= 2
+
+
+def test_lost_worker_aborts_with_one_line_and_no_record(registry, tmp_path, monkeypatch):
+    pytest.importorskip("distributed")
+    from dpreg.pipeline import RunConfig, run_pipeline
+
+    made = {}
+    real = ds.make_backend
+
+    def spy(*a, **kw):
+        made["b"] = real(*a, **kw)
+        return made["b"]
+
+    def kill_client_1(used, total):  # progress callback: after the second round
+        made["calls"] = made.get("calls", 0) + 1
+        b = made.get("b")
+        if made["calls"] == 2 and b is not None and not made.get("killed"):
+            made["killed"] = True
+            w = next(w for w in b.cluster.workers.values() if w.address == b.addresses[1])
+            b.cluster.sync(w.close)
+
+    monkeypatch.setattr(ds, "make_backend", spy)
+    out = tmp_path / "run.json"
+    cfg = RunConfig(algo="distributed-spider", noise="gaussian", data="synthetic-logistic:n=6000,d=4",
+                    params={"clients": 2, "backend": "dask", "batch1": 200, "batch2": 40},
+                    seed=0, out=str(out), progress=kill_client_1)
+    with pytest.raises(DpregError) as exc:
+        run_pipeline(cfg)
+    msg = str(exc.value)
+    assert made["killed"] and "client 1" in msg and "lost" in msg and "\n" not in msg
+    assert not out.exists()
+
+
+# ----------------------------------------------------------------- privacy
+def test_reported_epsilon_is_max_over_client_accountants(registry, pb):
+    algo, acc = _algo(registry, "distributed-spider", pb, clients=3, sharding="dirichlet", beta=0.5)
+    out = algo.run()
+    cp = out.info["client_privacy"]
+    eps = [c["epsilon_spent"] for c in cp]
+    assert len(cp) == 3 and max(eps) == pytest.approx(acc.epsilon_spent, rel=1e-9)
+    assert 0.97 * EPS <= acc.epsilon_spent <= EPS * (1 + 1e-9)
+    rounds = out.info["rounds"]
+    # each client: one disjoint group per round, nothing global; the run's accountant mirrors it
+    assert all(c["groups"] == c["charges"] == rounds and c["global_events"] == 0 for c in cp)
+    assert acc.state()["groups"] == rounds
+    assert out.records_used == 3 * (out.info["o1_queries"] * out.info["batch1"]
+                                    + out.info["o2_queries"] * out.info["batch2"])
+
+
+def test_under_noised_plan_refused_before_any_client_release(registry, pb, monkeypatch):
+    algo, acc = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=2)
+    real = algo.resolve
+
+    def under_noised():
+        r = real()
+        r["noise_multiplier"] *= 0.3
+        return r
+
+    algo.resolve = under_noised
+    made = {}
+    real_make = ds.make_backend
+
+    def spy(*a, **kw):
+        made["b"] = real_make(*a, **kw)
+        return made["b"]
+
+    monkeypatch.setattr(ds, "make_backend", spy)
+    with pytest.raises(BudgetExceededError, match="refused"):
+        algo.run()
+    assert acc.n_charges == 0
+    assert all(n.accountant.n_charges == 0 for n in made["b"].nodes) and made["b"].traffic.calls == 0
+
+
+def _client(pb, rows, z, *, eps=1.0, b1=100, seed=0, n_select=0, noise=None, registry=None, j=0):
+    return ClientNode(j, pb.X[rows], pb.y[rows], n_select=n_select, loss=pb.loss,
+                      noise_cls=noise or registry.get("noise", "gaussian"), accountant_cls=RdpAccountant,
+                      seeds={"noise": np.random.SeedSequence([seed, j, 1]), "batches": np.random.SeedSequence([seed, j, 2]),
+                             "selection": np.random.SeedSequence([seed, j, 3])},
+                      config=dict(noise_multiplier=z, horizon=4, clip=1.0, diff_clip=1.0, batch1=b1, batch2=20,
+                                  epsilon=eps, delta=1e-5, relation="replace-one"))
+
+
+def test_client_accountant_refuses_what_its_budget_does_not_cover(registry, pb):
+    node = _client(pb, np.arange(1000), z=0.05, registry=registry)
+    with pytest.raises(BudgetExceededError):
+        node.step(1, "O1", np.zeros(pb.d), None)
+    assert node.accountant.n_charges == 0 and node.access.used == 100  # batch taken, nothing released
+
+
+def test_client_step_is_idempotent_and_never_redraws(registry, pb):
+    node = _client(pb, np.arange(2000), z=5.0, registry=registry)
+    x0, x1 = np.zeros(pb.d), np.full(pb.d, 0.01)
+    g1 = node.step(1, "O1", x0, None)
+    again = node.step(1, "O1", x0, None)
+    assert np.array_equal(g1, again) and node.accountant.n_charges == 1 and node.access.used == 100
+    with pytest.raises(RuntimeError, match="round 3"):
+        node.step(3, "O2", x1, x0)
+    node.step(2, "O2", x1, x0)
+    assert node.accountant.n_charges == 2
+
+
+def test_client_side_noise_costs_sqrt_m(registry):
+    """At w = 0 phase-retrieval gradients are exactly 0: the server's first
+    average is pure noise with per-coordinate std z 2C / (b1 sqrt(m)) - each
+    client adds its own independent z 2C / b1."""
+    from dpreg.pipeline import load_prepared
+    from dpreg.problem import Problem
+
+    X, y, _, _ = load_prepared("phase-retrieval:n=800,d=30", seed=0, labels="real")
+    pr = Problem(registry.get("loss", "phase-retrieval"), X, y)
+    m, z, b1 = 4, 2.0, 100
+    parts = np.array_split(np.arange(pr.n), m)
+    samples = []
+    for seed in range(25):
+        be = LocalBackend([dict(j=j, X=pr.X[r], y=pr.y[r], n_select=0, loss=pr.loss,
+                                noise_cls=registry.get("noise", "gaussian"), accountant_cls=RdpAccountant,
+                                seeds={"noise": np.random.SeedSequence([seed, j, 1]),
+                                       "batches": np.random.SeedSequence([seed, j, 2])},
+                                config=dict(noise_multiplier=z, horizon=4, clip=1.0, diff_clip=1.0, batch1=b1,
+                                            batch2=10, epsilon=50.0, delta=1e-3, relation="replace-one"))
+                           for j, r in enumerate(parts)])
+        orc = ds.DistributedSpiderOracle(be, RdpAccountant(50.0, 1e-3), registry.get("noise", "gaussian")
+                                         .record_event(z, 4, "disjoint", 1), b1=b1, b2=10, kappa=1.0,
+                                         max_phase=4, records=200)
+        samples.append(orc.query(np.zeros(pr.d)))
+    s = np.concatenate(samples)
+    want = z * 2 * 1.0 / b1 / math.sqrt(m)
+    k = s.size  # 750 samples: the variance ratio has sd sqrt(2/k) ~ 0.05
+    assert abs(np.var(s) / want ** 2 - 1) < 5 * math.sqrt(2 / k)
+
+
+# ---------------------------------------------------------------- sharding
+def test_sharding_is_deterministic_disjoint_and_skewed():
+    rng = np.random.default_rng(0)
+    y = np.where(rng.random(5000) < 0.5, 1.0, -1.0)
+    one = shard(y, 1)
+    assert np.array_equal(one[0][0], np.arange(5000)) and one[0][1].size == 0
+    for scheme in ("iid", "dirichlet"):
+        a = shard(y, 4, scheme=scheme, beta=0.2, seed=1, selection_fraction=0.2)
+        b = shard(y, 4, scheme=scheme, beta=0.2, seed=1, selection_fraction=0.2)
+        assert all(np.array_equal(u[0], v[0]) and np.array_equal(u[1], v[1]) for u, v in zip(a, b))
+        allrows = np.concatenate([np.concatenate(p) for p in a])
+        assert np.array_equal(np.sort(allrows), np.arange(5000))  # a partition
+        for tr, sel in a:
+            assert sel.size == math.ceil(0.2 * (tr.size + sel.size))
+    iid = shard(y, 4, scheme="iid", seed=1)
+    skew = shard(y, 4, scheme="dirichlet", beta=0.1, seed=1)
+    for parts in (iid, skew):  # equal shard sizes (n records per client)
+        assert max(t.size for t, _ in parts) - min(t.size for t, _ in parts) <= 1
+    share = lambda parts: [float(np.mean(y[t] > 0)) for t, _ in parts]  # noqa: E731
+    assert np.ptp(share(iid)) < 0.1
+    assert np.ptp(share(skew)) > 0.3
+    with pytest.raises(ParameterError, match="too few"):
+        shard(y[:10], 6)
+
+
+def test_client_streams_are_distinct_and_one_client_uses_the_single_machine_ones():
+    assert client_stream("perturbed-sgd noise", 0, 1) == "perturbed-sgd noise"
+    names = {client_stream("perturbed-sgd noise", j, 4) for j in range(4)}
+    assert len(names) == 4 and "perturbed-sgd noise" not in names
+
+
+# ----------------------------------------------------------------- theorem 3
+def test_theorem3_defaults_reduce_to_theorem2_and_scale_with_m():
+    from dpreg_plugins.algorithms.perturbed_sgd import theorem2_alpha, theorem2_kappa
+
+    args = (5000, 20, 1.0, 1.0, 0.25, 0.1, 1.0)
+    assert ds.theorem3_alpha(*args, m=1) == theorem2_alpha(*args)
+    assert ds.theorem3_kappa(*args, m=1) == theorem2_kappa(*args)
+    # the privacy term sees sqrt(m) n eps: at fixed n the rate improves with m
+    assert ds.theorem3_alpha(*args, m=4) < ds.theorem3_alpha(*args, m=1)
+
+
+# ------------------------------------------------------------------- Alg 4
+def test_selection_release_noise_and_accounting(registry, pb):
+    """The Hessian release is symmetric with upper-triangle noise std
+    z f M / n_s around the clipped mean Hessian; the gradient's std z f C / n_s;
+    the client's selection group spends exactly its calibrated budget."""
+    sel = DistributedSelection(pb, accountant=RdpAccountant(1.0, 1e-5))
+    K = 3
+    z = sel.calibrate(K)
+    acc = RdpAccountant(1.0, 1e-5)
+    assert acc.epsilon_if(selection_event(z, K), "selection") == pytest.approx(1.0, rel=1e-6)
+    rows = np.arange(2000)
+    resid_g, resid_h = [], []
+    G, M, _ = pb.constants()
+    W = np.stack([np.zeros(pb.d), np.full(pb.d, 0.3), np.linspace(-1, 1, pb.d)])
+    iu = np.triu_indices(pb.d)
+    for seed in range(20):
+        node = _client(pb, rows, z=1.0, n_select=1000, seed=seed, registry=registry)
+        g, h = node.selection_release(W, z, z, G, M)
+        assert node.accountant.epsilon_spent == pytest.approx(1.0, rel=1e-6)
+        sp = node.select_problem
+        for k, w in enumerate(W):
+            resid_g.append(g[k] - sp.clipped_grad_sum(w, None, G)[0] / sp.n)
+            resid_h.append(h[k] - sp.hessian(w, None, clip=M)[iu])
+    rg, rh = np.concatenate(resid_g), np.concatenate(resid_h)
+    for r, want in ((rg, z * 2 * G / 1000), (rh, z * 2 * M / 1000)):
+        assert abs(np.var(r) / want ** 2 - 1) < 5 * math.sqrt(2 / r.size)
+        assert abs(np.mean(r)) < 5 * want / math.sqrt(r.size)
+
+
+def test_selection_after_a_run_accepts_a_stationary_point_and_rejects_others(registry, pb):
+    from dpreg.problem import Problem
+
+    algo, acc = _algo(registry, "distributed-spider", pb, eps=50.0, clients=2, select="distributed-selection",
+                      selection_fraction=0.5, max_steps=3)
+    out = algo.run()
+    info = out.info["selection"]
+    assert acc.epsilon_spent <= 50.0 * (1 + 1e-9)
+    assert all(c["groups"] == out.info["rounds"] + 1 for c in out.info["client_privacy"])
+    assert info["remark3_holds"] and info["floats_up_per_client"] == info["candidates"] * (6 + 21)
+    # the selector on its own: exact SOSP accepted, a point with a large gradient rejected
+    backend = LocalBackend(algo.client_specs(algo.resolve()))
+    w_star = np.zeros(pb.d)
+    for _ in range(30):  # Newton on the logistic loss (non-private, test set-up only)
+        w_star -= np.linalg.solve(pb.hessian(w_star) + 1e-9 * np.eye(pb.d), pb.gradient(w_star))
+    assert np.linalg.norm(pb.gradient(w_star)) < 1e-8
+    far = -10 * w_star
+    selector = DistributedSelection(pb, accountant=RdpAccountant(50.0, 1e-5), omega=0.5)
+    g_tol, _ = selector.thresholds(alpha=0.01, m=2, n_s=2000, z=selector.calibrate(2))
+    assert np.linalg.norm(pb.gradient(far)) > 2 * g_tol
+    res = selector.select(backend, [far, w_star], alpha=0.01)
+    assert res.index == 1 and np.array_equal(res.w, w_star)
+
+
+def test_remark3_bound_matches_the_spec_example():
+    # ../shared/specs/remaining-seeds.md (c): m = 4, n = 8140 (a9a / 4), eps = 1 -> about 88
+    assert remark3_bound(4, 8140, 1.0) == pytest.approx(88, rel=0.02)
+
+
+# --------------------------------------------------------------------- CLI
+def test_cli_run_and_info(tmp_path):
+    from click.testing import CliRunner
+
+    from dpreg.cli import cli
+
+    out = tmp_path / "run.json"
+    res = CliRunner().invoke(cli, ["run", "--algo", "distributed-spider", "--noise", "gaussian",
+                                   "--data", "synthetic-logistic:n=4000,d=4", "--param", "clients=2",
+                                   "--param", "sharding=dirichlet", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    rec = json.loads(out.read_text())
+    ri = rec["diagnostics"]["run_info"]
+    assert ri["clients"] == 2 and len(ri["client_privacy"]) == 2
+    assert rec["diagnostics"]["privacy"]["epsilon_spent"] == pytest.approx(ri["epsilon_max_over_clients"], rel=1e-9)
+    c = ri["communication"]
+    d = len(rec["release"]["model"]["weights"])  # 4 features + the intercept
+    assert d == 5 and c["floats_up_per_round_per_client"] == d  # d floats up
+    assert d + 1 <= c["floats_down_per_round_per_client"] <= 2 * d + 2  # (round, mode, x[, x_prev])
+    info = CliRunner().invoke(cli, ["info", "distributed-spider"])
+    assert info.exit_code == 0 and "sqrt(m) n eps" in info.output and "clients" in info.output
+    bad = CliRunner().invoke(cli, ["run", "--algo", "distributed-spider", "--data", "synthetic-logistic:n=400,d=4",
+                                   "--param", "clients=300", "--out", "none"])
+    assert bad.exit_code == 2 and "too few" in bad.output
+    central = CliRunner().invoke(cli, ["run", "--algo", "distributed-spider", "--data", "synthetic-logistic:n=400,d=4",
+                                       "--select", "distributed-selection", "--alpha", "0.1", "--out", "none"])
+    assert central.exit_code == 2 and "--param select=distributed-selection" in central.output
+
+
+def test_cli_backend_option_sets_the_distributed_parameter(tmp_path):
+    """``--backend``/``--scheduler`` are the distributed algorithms' own
+    parameters; on other algorithms they are an unknown-parameter error."""
+    from click.testing import CliRunner
+
+    from dpreg.cli import cli
+
+    out = tmp_path / "b.json"
+    res = CliRunner().invoke(cli, ["run", "--algo", "distributed-spider", "--backend", "local",
+                                   "--data", "synthetic-logistic:n=3000,d=4", "--param", "clients=2",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["release"]["config"]["params_resolved"]["backend"] == "local"
+    bad = CliRunner().invoke(cli, ["run", "--algo", "dp-sgd", "--backend", "dask", "--out", "none"])
+    assert bad.exit_code == 2 and "unknown parameter 'backend'" in bad.output
