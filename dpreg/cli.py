@@ -29,8 +29,24 @@ def user_errors(f):
         except KeyboardInterrupt:
             click.echo("interrupted; no output written", err=True)
             sys.exit(130)
+        except SystemError as exc:  # Ctrl-C inside a compiled kernel arrives wrapped
+            if _interrupted(exc):
+                click.echo("interrupted; no output written", err=True)
+                sys.exit(130)
+            raise
 
     return wrapper
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """Whether an exception's chain holds a KeyboardInterrupt."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class _Group(click.Group):
@@ -104,7 +120,13 @@ def cli():
 @click.option("--select-share", type=float, default=0.1, show_default=True,
               help="share of epsilon spent on --select (charged before the run)")
 @click.option("--out", type=click.Path(dir_okay=False), default="run.json", show_default=True,
-              help="write the JSON record here ('none': do not write one)")
+              help="write the JSON record here ('none': do not write one); an existing file is never "
+                   "replaced: the record goes to the next free name FILE-N.json (see --force)")
+@click.option("--force", is_flag=True, help="replace an existing --out file (keeping its permissions)")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="numba threads for the kernels [default: all cores]")
+@click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
+@click.option("-v", "--verbose", is_flag=True, help="also print the privacy statement")
 @click.option("--backend", type=click.Choice(["local", "dask"]), default=None,
               help="where a distributed algorithm's clients run (local in-process, or Dask actors)")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
@@ -115,13 +137,15 @@ def cli():
 @user_errors
 def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, seed, split_seed,
         features, zero_based, labels, intercept, scaling, bounds, scaling_share, alpha, select, select_share, out,
-        backend, scheduler, no_diagnostics, as_json):
+        force, threads, quiet, verbose, backend, scheduler, no_diagnostics, as_json):
     """Run one private optimization and report privacy spent and metrics."""
     from .pipeline import DEFAULTS, RunConfig, run_pipeline
-    from .results import to_json
+    from .results import free_name, to_json, write_atomic
 
     if out is not None and out.strip().lower() in ("none", ""):
         out = None
+    if out is not None and not force:
+        out = free_name(out)
     params = list(params)
     if scheduler is not None and backend is None:
         backend = "dask"
@@ -131,7 +155,8 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
         params.append(f"scheduler={scheduler}")
 
     def warn(msg):
-        click.echo(f"warning: {msg}", err=True)
+        if not quiet:
+            click.echo(f"warning: {msg}", err=True)
 
     cfg = RunConfig(algo=algo or DEFAULTS["algo"], noise=noise, loss=loss or DEFAULTS["loss"],
                     data=data or DEFAULTS["data"], test_data=test_data, test_fraction=test_fraction,
@@ -139,15 +164,28 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
                     seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
                     intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share,
                     alpha=alpha, select=select, select_share=select_share, out=out,
-                    diagnostics=not no_diagnostics, warn=warn)
-    progress_cm = _progress(cfg.algo)
+                    diagnostics=not no_diagnostics, warn=warn, threads=threads, write_record=False)
+    progress_cm = _progress(cfg.algo) if not quiet else _NoProgress()
     with progress_cm as cb:
         cfg.progress = cb
         record = run_pipeline(cfg)
+    text = to_json(record)
+    # the run's result reaches the terminal before anything can fail at write time
     if as_json:
-        click.echo(to_json(record))
-        return
-    _summary(record, out)
+        click.echo(text)
+    elif not quiet:
+        _summary(record, out)
+        if verbose:
+            from .privacy_statement import render
+
+            click.echo("\n" + render(record["release"]))
+    if out is not None:
+        try:
+            write_atomic(out, text)
+        except OSError as exc:
+            click.echo(f"error: could not write the record to {out}: {exc.strerror or exc} "
+                       f"(the summary above is this run's only output)", err=True)
+            sys.exit(1)
 
 
 class _NoProgress:
@@ -202,17 +240,20 @@ def _summary(rec, out):
     else:
         m, b, u, t = diag["metrics"], diag["baselines"], diag["usage"], diag["timing"]
         click.echo("diagnostics (NOT private: computed on the raw data; do not publish)")
-        line = f"  train     |grad|={m['train_grad_norm']:.4g}  loss={m['train_loss']:.4g}  " \
-               f"lambda_min={_fmt(m.get('train_lambda_min'))}"
-        if "train_accuracy" in m:
-            line += f"  accuracy={m['train_accuracy']:.4f}"
-        click.echo(line)
+        if "train_grad_norm" in m:
+            line = f"  train     |grad|={m['train_grad_norm']:.4g}  loss={m['train_loss']:.4g}  " \
+                   f"lambda_min={_fmt(m.get('train_lambda_min'))}"
+            if "train_accuracy" in m:
+                line += f"  accuracy={m['train_accuracy']:.4f}"
+            click.echo(line)
+        for e in diag.get("errors", []):
+            click.echo(f"  failed    {e}")
         if "test_grad_norm" in m:
             line = f"  test      |grad|={m['test_grad_norm']:.4g}  loss={m['test_loss']:.4g}"
             if "test_accuracy" in m:
                 line += f"  accuracy={m['test_accuracy']:.4f}"
             click.echo(line)
-        ref = f"  compare   loss at w=0 {b['train_loss_at_zero']:.4g}"
+        ref = f"  compare   loss at w=0 {_fmt(b.get('train_loss_at_zero'))}"
         if "nonprivate_train_loss" in b:
             ref += f"; non-private optimum loss {b['nonprivate_train_loss']:.4g}"
         if "test_majority_rate" in b:
@@ -237,6 +278,9 @@ def _summary(rec, out):
         click.echo(f"  time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")
     if out:
         click.echo(f"record    {out}")
+    diag = rec.get("diagnostics") or {}
+    for w in diag.get("warnings", []):
+        click.echo(f"warning: {w}", err=True)
 
 
 @cli.command()

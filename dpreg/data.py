@@ -84,7 +84,8 @@ class LabelMap:
             return LabelMap(0.0, 1.0, "fixed")
         if len(vals) != 2:
             shown = ", ".join(f"{v:g}" for v in vals[:5]) + (", ..." if len(vals) > 5 else "")
-            raise DataError(f"{where}: labels are not binary ({len(vals)} distinct values: {shown})")
+            hint = " (a CSV file's label is its FIRST column)" if ".csv" in where.lower() else ""
+            raise DataError(f"{where}: labels are not binary ({len(vals)} distinct values: {shown}){hint}")
         return LabelMap(float(vals[0]), float(vals[1]), "inferred")
 
     def apply(self, y: np.ndarray, where: str) -> np.ndarray:
@@ -196,16 +197,16 @@ def _open_text(path):
     if low.endswith(".bz2"):
         import bz2
 
-        return bz2.open(path, "rt")
+        return bz2.open(path, "rt", encoding="utf-8-sig")
     if low.endswith(".gz"):
         import gzip
 
-        return gzip.open(path, "rt")
+        return gzip.open(path, "rt", encoding="utf-8-sig")
     if low.endswith(".xz"):
         import lzma
 
-        return lzma.open(path, "rt")
-    return open(path, encoding="utf-8")
+        return lzma.open(path, "rt", encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")  # a byte-order mark is not part of the first record
 
 
 def _load_csv(path):
@@ -244,7 +245,15 @@ def _load_csv(path):
 
 
 def _load_npz(path):
-    with np.load(path, allow_pickle=False) as z:
+    import zipfile
+
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, ValueError, EOFError, OSError) as exc:
+        raise DataError(f"cannot read {path}: not a readable .npz archive ({type(exc).__name__})") from None
+    if not hasattr(z, "files"):
+        raise DataError(f"{path} holds a single array (.npy), not an .npz archive with arrays 'X' and 'y'")
+    with z:
         missing = [k for k in ("X", "y") if k not in z.files]
         if missing:
             raise DataError(f"{path}: .npz needs arrays 'X' and 'y' (missing {', '.join(missing)})")

@@ -3,7 +3,10 @@ rule 5: they are not private and never feed back into a run).
 
 lambda_min of the Hessian: dense eigvalsh for d <= DENSE_MAX_D, otherwise
 Lanczos (scipy ``eigsh``, which='SA') on the Hessian-vector-product kernel, so
-no d x d matrix (or n x d temporary) is formed for large d.
+no d x d matrix (or n x d temporary) is formed for large d.  A diagnostic must
+never cost more than a run: Lanczos is capped at LANCZOS_MAX_MATVECS
+Hessian-vector products (an unconverged estimate is reported as such) and is
+skipped above LANCZOS_MAX_D (environment DPREG_LAMBDA_MIN_MAX_D raises it).
 """
 from __future__ import annotations
 
@@ -12,17 +15,35 @@ import math
 import numpy as np
 
 DENSE_MAX_D = 300
+LANCZOS_MAX_MATVECS = 300
 
 
-def lambda_min(problem, w) -> float:
-    """Smallest eigenvalue of the empirical Hessian at w."""
+def _lanczos_max_d() -> int:
+    import os
+
+    try:
+        return int(os.environ.get("DPREG_LAMBDA_MIN_MAX_D", "2000"))
+    except ValueError:
+        return 2000
+
+
+def lambda_min(problem, w) -> float | None:
+    """Smallest eigenvalue of the empirical Hessian at w (None when skipped:
+    d above the Lanczos limit, or no Ritz value within the matvec cap)."""
     if problem.d <= DENSE_MAX_D:
         return float(np.linalg.eigvalsh(problem.hessian(w))[0])
-    from scipy.sparse.linalg import LinearOperator, eigsh
+    if problem.d > _lanczos_max_d():
+        return None
+    from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
     op = LinearOperator((problem.d, problem.d), matvec=lambda v: problem.hvp(w, np.ravel(v)), dtype=float)
-    vals = eigsh(op, k=1, which="SA", tol=1e-6, maxiter=20 * problem.d,
-                 v0=np.ones(problem.d) / math.sqrt(problem.d), return_eigenvectors=False)
+    try:
+        vals = eigsh(op, k=1, which="SA", tol=1e-6, maxiter=LANCZOS_MAX_MATVECS,
+                     v0=np.ones(problem.d) / math.sqrt(problem.d), return_eigenvectors=False)
+    except ArpackNoConvergence as exc:
+        vals = exc.eigenvalues
+        if vals is None or len(vals) == 0:
+            return None
     return float(vals[0])
 
 
@@ -45,8 +66,9 @@ def evaluate(problem, w, *, alpha: float | None = None, prefix: str = "train") -
         out[f"{prefix}_accuracy"] = accuracy(problem, w)
     if alpha is not None:
         rho = problem.constants()[2]
-        out[f"{prefix}_is_alpha_sosp"] = bool(
-            out[f"{prefix}_grad_norm"] <= alpha and out[f"{prefix}_lambda_min"] >= -math.sqrt(rho * alpha))
+        lam = out[f"{prefix}_lambda_min"]
+        out[f"{prefix}_is_alpha_sosp"] = (None if lam is None else bool(
+            out[f"{prefix}_grad_norm"] <= alpha and lam >= -math.sqrt(rho * alpha)))
     return out
 
 

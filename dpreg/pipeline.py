@@ -99,6 +99,11 @@ class RunConfig:
     progress: Callable[[int, int], None] | None = None
     #: called with (message) for one-line warnings (the CLI prints them)
     warn: Callable[[str], None] | None = None
+    #: numba threads for the kernels (None: numba's default, all cores)
+    threads: int | None = None
+    #: write ``out`` at the end of the run (the CLI writes it itself, after
+    #: printing the summary, so a failing write loses nothing it printed)
+    write_record: bool = True
 
 
 def _parse_data_name(spec: str) -> tuple[str, dict]:
@@ -262,6 +267,8 @@ def run_pipeline(cfg: RunConfig) -> dict:
     algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls = _validate(cfg, reg)
     if cfg.out is not None:
         check_writable(cfg.out)
+    if cfg.threads is not None:
+        _set_threads(cfg.threads)
     root = secret_seed(cfg.seed)  # the pipeline's own mechanisms (scaling, selection)
 
     # ---- data (raw) and the public schema
@@ -384,9 +391,17 @@ def run_pipeline(cfg: RunConfig) -> dict:
                                              selection, scaling_info,
                                              {"total_s": time.perf_counter() - t_start, "data_s": t_data,
                                               "compile_s": t_compile, "run_s": t_run})
-    if cfg.out is not None:
+    if cfg.out is not None and cfg.write_record:
         write_atomic(cfg.out, to_json(record))
     return record
+
+
+def _set_threads(k: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ParameterError(f"threads must be an integer >= 1, got {k!r}")
+    import numba
+
+    numba.set_num_threads(min(int(k), int(numba.config.NUMBA_NUM_THREADS)))
 
 
 def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = None) -> dict:
@@ -482,22 +497,42 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
 
     t0 = time.perf_counter()
     alpha = cfg.alpha
-    ev = metrics.evaluate(problem, w, alpha=alpha, prefix="train")
-    base = _baselines(problem, "train")
+    ev: dict = {}
+    base: dict = {}
+    errors: list = []
+    warnings: list = []
+
+    def guarded(what, f):
+        """A diagnostic that fails is reported, never fatal: the release is kept."""
+        try:
+            with np.errstate(all="ignore"):
+                return f()
+        except Exception as exc:  # noqa: BLE001
+            errors.append(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            return None
+
+    ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train")) or {})
+    base.update(guarded("train baselines", lambda: _baselines(problem, "train")) or {})
     if test_problem is not None:
-        ev.update(metrics.evaluate(test_problem, w, alpha=alpha, prefix="test"))
-        base.update(_baselines(test_problem, "test"))
-    w_np = nonprivate_optimum(problem)
+        ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test")) or {})
+        base.update(guarded("test baselines", lambda: _baselines(test_problem, "test")) or {})
+    w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem))
     if w_np is not None:
         base["nonprivate_train_loss"] = float(problem.value(w_np))
         if problem.loss.classifier:
             base["nonprivate_train_accuracy"] = metrics.accuracy(problem, w_np)
             if test_problem is not None:
                 base["nonprivate_test_accuracy"] = metrics.accuracy(test_problem, w_np)
+    loss_w, loss0 = ev.get("train_loss"), base.get("train_loss_at_zero")
+    if loss_w is not None and loss0 is not None and loss_w > loss0 + 1e-9:
+        warnings.append(f"the released model's training loss {loss_w:.4g} is worse than at w = 0 ({loss0:.4g}): "
+                        f"the run did not learn; try a smaller step size or a larger epsilon")
     traj = out.info.pop("trajectory", None)
     tr_summary = traj.summary() if traj is not None else {}
     if traj is not None:
-        tr_summary["checkpoints"] = metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates)
+        cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates))
+        if cp is not None:
+            tr_summary["checkpoints"] = cp
     G, M, rho = problem.constants()
     timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads())
     return {
@@ -515,6 +550,8 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
         "trajectory": tr_summary,
         "metrics": ev,
         "baselines": base,
+        "warnings": warnings,
+        "errors": errors,
         "timing": timing,
         "versions": _versions(),
     }

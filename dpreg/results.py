@@ -47,25 +47,54 @@ def to_json(record: dict) -> str:
 
 
 def check_writable(path: str) -> None:
-    """Fail early (before a run) if ``path`` cannot be written."""
+    """Fail early (before a run) if ``path`` cannot be written: its directory
+    must exist and accept a new file (tried for real, so read-only mounts and
+    pseudo file systems such as /proc are caught), and an existing ``path``
+    must be a regular file (a device, fifo or directory is never replaced)."""
     d = os.path.dirname(os.path.abspath(path)) or "."
     if not os.path.isdir(d):
         raise DpregError(f"output directory does not exist: {d}")
-    if os.path.isdir(path):
-        raise DpregError(f"output path is a directory: {path}")
-    if not os.access(d, os.W_OK):
-        raise DpregError(f"output directory is not writable: {d}")
+    if os.path.lexists(path) and not os.path.isfile(path):
+        kind = "a directory" if os.path.isdir(path) else "not a regular file"
+        raise DpregError(f"output path {path} is {kind}; dpreg only writes regular files "
+                         f"(use --out none to write no record)")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".dpreg-check-", dir=d)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise DpregError(f"cannot write to {d}: {exc.strerror or exc}") from None
+
+
+def free_name(path: str) -> str:
+    """``path`` if nothing is there, else the first free ``<stem>-N<suffix>``
+    (N = 1, 2, ...): a new run never replaces an earlier record silently."""
+    if not os.path.lexists(path):
+        return path
+    stem, suffix = os.path.splitext(path)
+    k = 1
+    while os.path.lexists(f"{stem}-{k}{suffix}"):
+        k += 1
+    return f"{stem}-{k}{suffix}"
 
 
 def write_atomic(path: str, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and rename: a reader sees
-    the whole record or nothing, and a failure leaves no partial file."""
+    the whole record or nothing, and a failure leaves no partial file.  A
+    replaced file keeps its permission bits; a non-regular file is never
+    replaced (DpregError)."""
     d = os.path.dirname(os.path.abspath(path)) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".dpreg-", suffix=".json.tmp", dir=d)
+    mode = None
+    if os.path.lexists(path):
+        if not os.path.isfile(path):
+            raise DpregError(f"output path {path} is not a regular file; not replacing it")
+        mode = os.stat(path).st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=".dpreg-", suffix=".tmp", dir=d)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.write("\n")
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -73,3 +102,9 @@ def write_atomic(path: str, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m

@@ -74,7 +74,7 @@ def test_seeded_run_says_the_seed_must_stay_secret(tmp_path):
     assert rec["release"]["privacy"]["randomness"] == "seeded"
     assert "secret" in rec["release"]["privacy"]["randomness_note"]
     assert "only while the seed stays secret" in p.stderr
-    assert '"5"' not in json.dumps(rec["release"]) and "seed\": 5" not in json.dumps(rec)
+    assert "seed" not in rec["release"]["config"] and "\"seed\": 5" not in json.dumps(rec)
 
 
 def test_different_seed_different_record():

@@ -65,7 +65,20 @@ def _breast_cancer(seed):
     return X, np.where(y == 1, 1.0, -1.0)
 
 
+def _fits(n, d):
+    """Refuse (ValueError) a synthetic size that is not positive or would not fit
+    in half the available memory, before allocating anything."""
+    from dpreg.svmlight import _available_memory
+
+    if n < 2 or d < 1:
+        raise ValueError(f"need n >= 2 and d >= 1, got n={n}, d={d}")
+    need = 8 * n * d * 2
+    if need > 0.5 * _available_memory():
+        raise ValueError(f"n={n} x d={d} needs {need / 2**30:.1f} GiB, more than half the available memory")
+
+
 def _planted_logistic(n, d, seed, noise=1.0, stream=0):
+    _fits(n, d)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0xDA7A, stream]))
     w_star = np.random.default_rng(np.random.SeedSequence([seed, 0xBEEF])).standard_normal(d)
     w_star *= 3.0 / np.linalg.norm(w_star)
@@ -83,11 +96,13 @@ def _ball(n, d, rng):
 
 
 def _lowy(n, d, seed, stream):
+    _fits(n, d)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x10E1, stream]))
     return _ball(n, d, rng), np.zeros(n)
 
 
 def _phase(n, d, seed, stream):
+    _fits(n, d)
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x9A5E, stream]))
     w_star = np.zeros(d)
     w_star[0] = 1.0
@@ -97,26 +112,26 @@ def _phase(n, d, seed, stream):
 
 
 SOURCES = {
-    "adult": lambda **o: DatasetSource(
+    "adult": lambda: DatasetSource(
         lambda s: _adult("train"),
         "UCI Adult (a9a encoding), 32,561 x 123, official test split; shipped, CC BY 4.0",
         load_test=lambda s: _adult("test"), schema=ADULT_SCHEMA),
-    "breast-cancer": lambda **o: DatasetSource(
+    "breast-cancer": lambda: DatasetSource(
         _breast_cancer, "Wisconsin breast cancer, 569 x 30 (bundled with scikit-learn); public feature bounds",
         schema=Schema(n_features=30, labels=(-1.0, 1.0)),
         bounds=([0.0] * 30, [float(v) for v in BREAST_CANCER_UPPER])),
-    "synthetic-logistic": lambda n=10000, d=20, noise=1.0, **o: DatasetSource(
+    "synthetic-logistic": lambda n=10000, d=20, noise=1.0: DatasetSource(
         lambda s: _planted_logistic(int(n), int(d), s, float(noise)),
         "planted logistic model, Gaussian features (options n, d, noise)",
         load_test=lambda s: _planted_logistic(max(int(n) // 4, 2), int(d), s, float(noise), stream=1)),
-    "synthetic-covtype": lambda n=581012, d=54, **o: DatasetSource(
+    "synthetic-covtype": lambda n=581012, d=54: DatasetSource(
         lambda s: _planted_logistic(int(n), int(d), s),
         "Covertype-shaped planted logistic data, 581,012 x 54 (options n, d)"),
-    "lowy-synthetic": lambda n=100, d=100, **o: DatasetSource(
+    "lowy-synthetic": lambda n=100, d=100: DatasetSource(
         lambda s: _lowy(int(n), int(d), s, 0),
         "x uniform in the unit ball, n = d = 100 (warm-start paper section 9)",
         load_test=lambda s: _lowy(int(n), int(d), s, 1), labels="ignored"),
-    "phase-retrieval": lambda n=2000, d=10, **o: DatasetSource(
+    "phase-retrieval": lambda n=2000, d=10: DatasetSource(
         lambda s: _phase(int(n), int(d), s, 0),
         "y = <x, e1>^2, x uniform on the unit sphere (options n, d)",
         load_test=lambda s: _phase(int(n), int(d), s, 1), labels="real"),
