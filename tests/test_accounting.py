@@ -247,6 +247,11 @@ def test_pld_incomparable_group_histories_take_the_worst_combination():
     combos = [[g(2.4), g(3.0)], [g(4.8), g(4.8), g(3.0)]]
     true = max(_direct_eps("pld", c, 1e-5) for c in combos)
     assert acc.epsilon_spent == pytest.approx(true, rel=1e-3)
+    # past MAX_COMBINATIONS a pass is dominated by its atom-wise maximum: larger, never smaller
+    acc.MAX_COMBINATIONS = 1
+    acc._stale = True  # noqa: SLF001 (recompute under the new limit)
+    dominated = _direct_eps("pld", [g(2.4), g(4.8), g(4.8), g(3.0)], 1e-5)
+    assert acc.epsilon_spent == pytest.approx(dominated, rel=1e-3) and dominated > true
 
 
 @pytest.mark.parametrize("cls", [RdpAccountant, PldAccountant])
