@@ -133,8 +133,10 @@ def _scale(g2, t, clip, clip2):
 
 
 def _over(g2, clip2):
-    """1 if a term of squared norm ``g2`` is clipped (or dropped), else 0."""
-    if g2 <= clip2:
+    """1 if a term of squared-norm bound ``g2`` counts as clipped (or dropped),
+    else 0 - a diagnostic: the bound's underflow floor alone does not count
+    (a zero term at clip 0 is scaled to zero, as it is, but not counted)."""
+    if g2 - _BOUND_FLOOR <= clip2:
         return 0
     return 1
 
