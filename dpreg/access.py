@@ -1,13 +1,19 @@
 """Data access modes (privacy rule 3).
 
 * :class:`SinglePass` - each record is used at most once.  Batches are drawn
-  from a seeded random permutation; each batch gets a fresh group id, and the
-  accountant composes disjoint groups in parallel.  ``take`` raises
-  :class:`Exhausted` when too few unused records remain.
+  from a seeded random permutation; each batch gets a fresh group id within
+  the object's *pass* (a fresh pass identity per object unless the caller
+  gives one), and the accountant composes the disjoint groups of a pass in
+  parallel and different passes sequentially (two single-pass stages over the
+  same records add up).  ``take`` raises :class:`Exhausted` when too few
+  unused records remain.
 * :class:`Resample` - ERM over many passes: Poisson subsamples (amplified) or
   the full batch.
 """
 from __future__ import annotations
+
+import itertools
+from typing import Hashable
 
 import numpy as np
 
@@ -16,6 +22,14 @@ from .interfaces import Participation
 
 class Exhausted(Exception):
     """Not enough unused records for the requested batch (single pass)."""
+
+
+_PASSES = itertools.count(1)
+
+
+def new_pass_id() -> tuple:
+    """A pass identity no other pass of this process has."""
+    return ("pass", next(_PASSES))
 
 
 def poisson_rows(rng: np.random.Generator, n: int, q: float) -> np.ndarray:
@@ -41,12 +55,17 @@ def poisson_rows(rng: np.random.Generator, n: int, q: float) -> np.ndarray:
 
 
 class SinglePass:
-    """Disjoint batches from a seeded permutation of ``range(n)``."""
+    """Disjoint batches from a seeded permutation of ``range(n)``: one pass.
+
+    ``pass_id``: the pass the batches belong to for the accountant; None
+    (default) gives this object a fresh one.  Share an id only between
+    objects whose batches are disjoint from each other's too."""
 
     mode = "single-pass"
 
-    def __init__(self, n: int, rng: np.random.Generator):
+    def __init__(self, n: int, rng: np.random.Generator, pass_id: Hashable | None = None):
         self.n = int(n)
+        self.pass_id = new_pass_id() if pass_id is None else pass_id
         self._perm = rng.permutation(self.n).astype(np.int64)
         self._next = 0
         self._batches = 0
@@ -70,7 +89,7 @@ class SinglePass:
         idx = np.sort(self._perm[self._next:self._next + b])
         self._next += b
         self._batches += 1
-        return idx, Participation.disjoint(("batch", self._batches))
+        return idx, Participation.disjoint(("batch", self._batches), pass_id=self.pass_id)
 
 
 class Resample:

@@ -6,11 +6,17 @@ worst-case record* is exposed to.  A charge is either
 * **global** (``group=None``): the release may involve every record (full-batch
   gradients, Poisson-subsampled steps, selections over the whole data set);
   global charges compose with everything; or
-* **grouped** (``group=g``): only the records of the disjoint batch ``g`` are
-  involved (single-pass algorithms, which use each record at most once).
-  Disjoint groups compose in parallel: the privacy loss of a record is the
-  global charges composed with the charges of *its* group, and the reported
-  epsilon is the maximum over groups.
+* **grouped** (``group=g``, ``pass_id=p``): only the records of batch ``g`` of
+  the *pass* ``p`` are involved.  A pass is one partition of the records into
+  disjoint batches (one :class:`dpreg.access.SinglePass`: each record is in at
+  most one of its batches); a run may make several passes (warm start and
+  hyper-parameter selection run several single-pass stages over the same
+  records).  A record is in at most one group of each pass, so its privacy
+  loss is the global charges composed with, for every pass, the charges of
+  its group in that pass; the reported epsilon bounds the worst record:
+  **global + sum over passes of the worst group of the pass** (issue 10,
+  finding 6).  Group names are local to their pass: two passes may both name
+  their batches ``("batch", 1)``, ...  ``pass_id=None`` is one default pass.
 
 :meth:`Accountant.charge` is called *before* the release it describes; if the
 release would make epsilon exceed the budget it raises
@@ -140,14 +146,18 @@ class Accountant(ABC):
         self.delta = float(delta)
         self.relation = relation
         self._global: list = []
-        self._groups: dict[Hashable, list] = {}
+        #: grouped charges by key (pass_id, group)
+        self._groups: dict[tuple, list] = {}
         self._eps = 0.0
         self._stale = False
         self.n_charges = 0
         # reservation (see reserve()): atom counts of the charged events
         self._reserved: Counter | None = None
         self._gcount: Counter = Counter()
-        self._groupcount: dict[Hashable, Counter] = {}
+        self._groupcount: dict[tuple, Counter] = {}
+        #: per pass, the atom-wise maximum over its groups (dominates every group
+        #: of the pass); _maxg is their sum over passes (dominates every record)
+        self._maxg_pass: dict[Hashable, Counter] = {}
         self._maxg: Counter = Counter()
         self.n_covered = 0
 
@@ -158,32 +168,36 @@ class Accountant(ABC):
         of a sum under this accountant's relation (C or 2C)."""
         return 1.0 if self.relation == "add-remove" else 2.0
 
-    def charge(self, event, group: Hashable | None = None, *, label: str = "") -> float:
-        """Record ``event`` (globally, or for disjoint ``group``) if the budget
-        allows it; return the epsilon spent so far (after a charge covered by
-        the reservation: the last computed value - read :attr:`epsilon_spent`
-        for the exact one).  Raises BudgetExceededError
-        *without recording* if it does not.
+    def charge(self, event, group: Hashable | None = None, *, label: str = "",
+               pass_id: Hashable | None = None) -> float:
+        """Record ``event`` (globally, or for the disjoint batch ``group`` of the
+        pass ``pass_id``) if the budget allows it; return the epsilon spent so
+        far (after a charge covered by the reservation: the last computed
+        value - read :attr:`epsilon_spent` for the exact one).  Raises
+        BudgetExceededError *without recording* if it does not.
 
         A charge covered by the reservation (:meth:`reserve`) is accepted
         without recomputing epsilon: the reserved multiset of releases was
         checked to fit, and composing fewer releases never costs more."""
+        if group is None and pass_id is not None:
+            raise ParameterError("a pass_id needs a group (a global charge has no pass)")
+        key = None if group is None else (pass_id, group)
         atoms = _atoms(event)
-        if self._covered(atoms, group):
-            self._commit(event, group)
-            self._count(atoms, group)
+        if self._covered(atoms, key):
+            self._commit(event, key)
+            self._count(atoms, key)
             self._stale = True
             self.n_charges += 1
             self.n_covered += 1
             return self._eps  # last computed value; epsilon_spent computes the exact one lazily
-        eps = self.epsilon_if(event, group)
+        eps = self._what_if(event, key)
         if eps > self.epsilon_budget * (1 + _SLACK):
             raise BudgetExceededError(
                 f"release {label or type(event).__name__} refused: it would spend "
                 f"epsilon={eps:.4g} > budget {self.epsilon_budget:g} at delta={self.delta:g}"
             )
-        self._commit(event, group)
-        self._count(atoms, group)
+        self._commit(event, key)
+        self._count(atoms, key)
         self._eps = eps
         self._stale = False
         self.n_charges += 1
@@ -204,29 +218,36 @@ class Accountant(ABC):
             )
         self._reserved = self._gcount + self._maxg + _atoms(plan_event)
 
-    def _covered(self, atoms: Counter, group) -> bool:
+    def _covered(self, atoms: Counter, key) -> bool:
+        """Whether, after this charge, every record's releases stay inside the
+        reserved multiset.  A record of group ``(p, g)`` is exposed to at most
+        the global atoms + its group's + the atom-wise worst group of every
+        other pass; every other record's exposure is unchanged."""
         if self._reserved is None:
             return False
         r = self._reserved
-        if group is None:
+        if key is None:
             need = self._gcount + atoms + self._maxg
         else:
-            need = self._gcount + self._groupcount.get(group, Counter()) + atoms
+            others = self._maxg - self._maxg_pass.get(key[0], Counter())  # exact: _maxg sums the passes
+            need = self._gcount + others + self._groupcount.get(key, Counter()) + atoms
         return all(r.get(a, 0) >= c for a, c in need.items())
 
-    def _count(self, atoms: Counter, group) -> None:
-        if group is None:
+    def _count(self, atoms: Counter, key) -> None:
+        if key is None:
             self._gcount += atoms
         else:
-            g = self._groupcount.setdefault(group, Counter())
+            g = self._groupcount.setdefault(key, Counter())
             g += atoms
+            worst = self._maxg_pass.setdefault(key[0], Counter())
             for a, c in g.items():
-                if c > self._maxg.get(a, 0):
-                    self._maxg[a] = c
+                if c > worst.get(a, 0):
+                    self._maxg[a] += c - worst.get(a, 0)
+                    worst[a] = c
 
-    def epsilon_if(self, event, group: Hashable | None = None) -> float:
+    def epsilon_if(self, event, group: Hashable | None = None, *, pass_id: Hashable | None = None) -> float:
         """Epsilon that would be spent after charging ``event`` (nothing recorded)."""
-        return self._what_if(event, group)
+        return self._what_if(event, None if group is None else (pass_id, group))
 
     @property
     def epsilon_spent(self) -> float:
@@ -248,6 +269,7 @@ class Accountant(ABC):
             "charges_covered_by_reservation": self.n_covered,
             "global_events": len(self._global),
             "groups": len(self._groups),
+            "passes": len({k[0] for k in self._groups}),
         }
 
     # -- calibration -------------------------------------------------------------
@@ -303,10 +325,12 @@ class Accountant(ABC):
         """Epsilon of the current state computed from scratch."""
 
     @abstractmethod
-    def _what_if(self, event, group) -> float: ...
+    def _what_if(self, event, key) -> float:
+        """Epsilon after charging ``event`` globally (``key=None``) or to the
+        group ``key = (pass_id, group)``."""
 
     @abstractmethod
-    def _commit(self, event, group) -> None: ...
+    def _commit(self, event, key) -> None: ...
 
 
 _RDP_CURVES: dict[str, dict] = {}
@@ -316,9 +340,9 @@ class RdpAccountant(Accountant):
     """Renyi-DP accountant built on ``dp_accounting.rdp``.
 
     Keeps one RDP curve for global charges and one per disjoint group; the
-    reported epsilon converts ``global + max over groups`` (elementwise - an
-    upper bound on every record's curve) with dp-accounting's
-    ``compute_epsilon``.  RDP curves of events are cached, so a long run that
+    reported epsilon converts ``global + sum over passes of the max over the
+    pass's groups`` (elementwise - an upper bound on every record's curve)
+    with dp-accounting's ``compute_epsilon``.  RDP curves of events are cached, so a long run that
     repeats the same event pays for its RDP computation once.
     """
 
@@ -329,8 +353,9 @@ class RdpAccountant(Accountant):
         dpa = _dpa()
         self._orders = np.array(dpa.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=float)
         self._rdp_global = np.zeros_like(self._orders)
-        self._rdp_groups: dict[Hashable, np.ndarray] = {}
-        self._max_group = np.zeros_like(self._orders)
+        self._rdp_groups: dict[tuple, np.ndarray] = {}
+        #: per pass, the elementwise max of its groups' curves
+        self._max_pass: dict[Hashable, np.ndarray] = {}
         # RDP curves depend only on (relation, event) at the fixed default orders:
         # one process-wide cache (bounded), shared by every accountant, so repeated
         # runs (trials, grids, stage views) calibrate without recomputing curves
@@ -376,41 +401,56 @@ class RdpAccountant(Accountant):
         eps, _ = dpa.rdp.rdp_privacy_accountant.compute_epsilon(self._orders, rdp, self.delta)
         return float(eps)
 
-    def _what_if(self, event, group):
+    def _worst_record(self, passes: dict) -> np.ndarray:
+        """Global curve + the sum over passes of each pass's worst group."""
+        out = self._rdp_global
+        for curve in passes.values():
+            out = out + curve
+        return out
+
+    def _what_if(self, event, key):
         r = self.rdp_of(event)
-        if group is None:
-            return self._eps_from(self._rdp_global + r + self._max_group)
-        g = self._rdp_groups.get(group)
+        if key is None:
+            return self._eps_from(self._worst_record(self._max_pass) + r)
+        g = self._rdp_groups.get(key)
         new_g = r if g is None else g + r
-        return self._eps_from(self._rdp_global + np.maximum(self._max_group, new_g))
+        old = self._max_pass.get(key[0])
+        passes = dict(self._max_pass)
+        passes[key[0]] = new_g if old is None else np.maximum(old, new_g)
+        return self._eps_from(self._worst_record(passes))
 
     def _exact_epsilon(self):
-        return self._eps_from(self._rdp_global + self._max_group)
+        return self._eps_from(self._worst_record(self._max_pass))
 
-    def _commit(self, event, group):
+    def _commit(self, event, key):
         r = self.rdp_of(event)
-        if group is None:
+        if key is None:
             self._rdp_global = self._rdp_global + r
             self._global.append(event)
         else:
-            g = self._rdp_groups.get(group)
+            g = self._rdp_groups.get(key)
             new_g = r if g is None else g + r
-            self._rdp_groups[group] = new_g
-            self._max_group = np.maximum(self._max_group, new_g)
-            self._groups.setdefault(group, []).append(event)
+            self._rdp_groups[key] = new_g
+            old = self._max_pass.get(key[0])
+            self._max_pass[key[0]] = new_g if old is None else np.maximum(old, new_g)
+            self._groups.setdefault(key, []).append(event)
 
 
 class PldAccountant(Accountant):
     """Privacy-loss-distribution accountant built on ``dp_accounting.pld``
     (tighter than RDP, slower).  Grouped charges: epsilon is the maximum, over
-    the distinct group histories, of the global events composed with that
-    history (identical histories are evaluated once)."""
+    one group history per pass, of the global events composed with those
+    histories (identical and dominated histories are evaluated once; past
+    :attr:`MAX_COMBINATIONS` combinations, each pass with several maximal
+    histories is replaced by their atom-wise maximum, which dominates them)."""
 
     name = "pld"
 
     #: below this Gaussian noise multiplier a PLD's support is too wide to
     #: discretize; epsilon then comes from RDP (a valid, looser upper bound)
     MIN_PLD_NOISE = 0.1
+    #: largest number of (one history per pass) combinations evaluated exactly
+    MAX_COMBINATIONS = 64
 
     def __init__(self, epsilon, delta, relation="replace-one"):
         super().__init__(epsilon, delta, relation)
@@ -421,9 +461,9 @@ class PldAccountant(Accountant):
         shadow = RdpAccountant(self.epsilon_budget, self.delta, self.relation)
         for e in self._global:
             shadow._commit(e, None)
-        for g, evs in self._groups.items():
+        for key, evs in self._groups.items():
             for e in evs:
-                shadow._commit(e, g)
+                shadow._commit(e, key)
         return shadow
 
     def calibrate(self, make_event, *, low=1e-3, high=1e6, what="noise multiplier"):
@@ -471,25 +511,61 @@ class PldAccountant(Accountant):
         self._cache[key] = eps
         return eps
 
-    def _histories(self) -> set:
-        return {_condensed(h) for h in self._groups.values()} or {()}
+    def _pass_histories(self, override: tuple | None = None) -> list[list[Counter]]:
+        """For every pass, the maximal distinct atom multisets of its groups
+        (a history contained in another cannot be the worst); ``override =
+        (key, events)`` replaces one group's history (a what-if)."""
+        by_pass: dict = {}
+        for key, evs in self._groups.items():
+            by_pass.setdefault(key[0], {})[key] = evs
+        if override is not None:
+            key, evs = override
+            by_pass.setdefault(key[0], {})[key] = evs
+        out = []
+        for groups in by_pass.values():
+            hs = []
+            for c in {_condensed(h) for h in groups.values()}:
+                hs.append(sum((_atoms(e) for e in c), Counter()))
+            hs = [h for h in hs if not any(o != h and all(o.get(a, 0) >= n for a, n in h.items()) for o in hs)]
+            out.append(hs)
+        total = math.prod(len(hs) for hs in out)
+        if total > self.MAX_COMBINATIONS:  # dominate each pass by its atom-wise maximum
+            out = [[_atomwise_max(hs)] for hs in out]
+        return out
 
-    def _what_if(self, event, group):
-        glob = tuple(self._global)
-        if group is None:
-            return max(self._eps_events(_condensed(glob + (event,) + h)) for h in self._histories())
-        hist = tuple(self._groups.get(group, ())) + (event,)
-        return max(self.epsilon_spent, self._eps_events(_condensed(glob + hist)))
+    def _worst(self, extra: tuple, override: tuple | None = None) -> float:
+        """Max over one history per pass of eps(global + extra + histories)."""
+        import itertools
+
+        glob = tuple(self._global) + extra
+        best = 0.0
+        for combo in itertools.product(*self._pass_histories(override)):
+            events = glob + tuple(self_composed(a, c) for h in combo for a, c in h.items())
+            best = max(best, self._eps_events(_condensed(events)))
+        return best
+
+    def _what_if(self, event, key):
+        if key is None:
+            return self._worst((event,))
+        hist = tuple(self._groups.get(key, ())) + (event,)
+        return max(self.epsilon_spent, self._worst((), (key, hist)))
 
     def _exact_epsilon(self):
-        glob = tuple(self._global)
-        return max(self._eps_events(_condensed(glob + h)) for h in self._histories())
+        return self._worst(())
 
-    def _commit(self, event, group):
-        if group is None:
+    def _commit(self, event, key):
+        if key is None:
             self._global.append(event)
         else:
-            self._groups.setdefault(group, []).append(event)
+            self._groups.setdefault(key, []).append(event)
+
+
+def _atomwise_max(counters) -> Counter:
+    """The smallest multiset containing each of ``counters``."""
+    out: Counter = Counter()
+    for c in counters:
+        out |= c
+    return out
 
 
 def gaussian_event(noise_multiplier: float):
@@ -626,15 +702,15 @@ class BudgetView(Accountant):
         self.reserve(make_event(z))
         return z
 
-    def charge(self, event, group=None, *, label: str = "") -> float:
-        eps = self._own.epsilon_if(event, group)
+    def charge(self, event, group=None, *, label: str = "", pass_id=None) -> float:
+        eps = self._own.epsilon_if(event, group, pass_id=pass_id)
         if eps > self.epsilon_budget * (1 + _SLACK):
             raise BudgetExceededError(
                 f"release {label or type(event).__name__} refused: this stage would spend "
                 f"epsilon={eps:.4g} > its budget {self.epsilon_budget:g} at delta={self.delta:g}"
             )
-        self.parent.charge(event, group, label=label)  # raises, recording nothing, if over
-        self._own.charge(event, group, label=label)
+        self.parent.charge(event, group, label=label, pass_id=pass_id)  # raises, recording nothing, if over
+        self._own.charge(event, group, label=label, pass_id=pass_id)
         self._eps = self._own.epsilon_spent
         self.n_charges += 1
         return self._eps
@@ -649,13 +725,13 @@ class BudgetView(Accountant):
         self._own.reserve(plan_event)
         self.parent.reserve(plan_event)
 
-    def _what_if(self, event, group):
-        return self._own.epsilon_if(event, group)
+    def _what_if(self, event, key):
+        return self._own._what_if(event, key)  # noqa: SLF001 (same class family)
 
     def _exact_epsilon(self):
         return self._own.epsilon_spent
 
-    def _commit(self, event, group):  # pragma: no cover - charge() is overridden
+    def _commit(self, event, key):  # pragma: no cover - charge() is overridden
         raise NotImplementedError
 
 
@@ -677,11 +753,12 @@ class Prepaid:
         self._event = event
         self.used = False
 
-    def charge(self, event, group: Hashable | None = None, *, label: str = "") -> float:
+    def charge(self, event, group: Hashable | None = None, *, label: str = "",
+               pass_id: Hashable | None = None) -> float:
         if not self.used and group is None and event == self._event:
             self.used = True
             return self._acc.epsilon_spent
-        return self._acc.charge(event, group, label=label)
+        return self._acc.charge(event, group, label=label, pass_id=pass_id)
 
     def __getattr__(self, name):
         return getattr(self._acc, name)

@@ -87,7 +87,35 @@ mechanism on purpose, to show the audit can fail:
   and Laplace draws are scaled, i.e. it runs at epsilon / ``S``) while the
   accounting is unchanged;
 * ``"no-clip"``: the problem's clipped sums ignore the clipping bound (and
-  the exponential selector's loss values are not clipped to ``[lo, hi]``).
+  the exponential selector's loss values are not clipped to ``[lo, hi]``);
+* ``"tree-one-level"``: the under-charged tree (issue 10, finding 9) - a
+  disjoint add is charged (and calibrated) as ONE Gaussian instead of the L
+  levels whose nodes contain its leaf; the noise is the tree's own.
+
+**What is audited for an algorithm** (issue 10, finding 9): not only the
+final iterate's ``w[0]`` but the released sequence - every noisy prefix sum
+the noise mechanism returns, projected on the canary direction ``e_1``
+(padded with zeros to a common length, at most :data:`MAX_RELEASES`) - and the
+final ``w[0]``; Fisher's discriminant on the calibration half picks the
+linear statistic, as for a mechanism.
+
+**Two ways to turn the statistic into a bound** (``method``):
+
+* ``"clopper-pearson"`` (default, assumption-free): the error rates of a
+  threshold test, as above;
+* ``"gaussian"`` (mechanism audits only): when the audited mechanism adds
+  data-independent Gaussian noise to a deterministic signal - the mechanism
+  audit's canary data sets, where the increments are fixed - a linear
+  statistic is Gaussian with the same variance under both data sets, so the
+  output is at least as distinguishing as a Gaussian mechanism with
+  ``mu = |mean_1 - mean_0| / sigma``.  The measurement half gives a
+  one-sided lower confidence bound on ``mu`` (Welch t on the difference,
+  chi-square upper bound on the pooled sigma, Bonferroni split) and
+  ``epsilon_lower`` is the exact epsilon of that Gaussian mechanism at
+  ``delta`` (Balle & Wang 2018).  It needs far fewer trials than
+  Clopper-Pearson at small epsilon (where threshold tests need rare events),
+  but rests on the Gaussian model; a mechanism whose noise is not Gaussian
+  must be audited with the default.
 """
 from __future__ import annotations
 
@@ -120,7 +148,10 @@ SELECTOR_AUDIT: dict[str, dict[str, Any]] = {
 #: above-threshold audit: |w_1| of the candidate where the canary's gradient vanishes
 FAR = 20.0
 
-FAULTS = ("noise-scale=S", "no-clip")
+FAULTS = ("noise-scale=S", "no-clip", "tree-one-level")
+METHODS = ("clopper-pearson", "gaussian")
+#: most releases of a run used as audit features (the first ones)
+MAX_RELEASES = 32
 
 
 @dataclass
@@ -165,6 +196,8 @@ class AuditConfig:
     selector: str | None = None
     candidates: int = 6
     relation: str | None = None
+    #: "clopper-pearson" (assumption-free) or "gaussian" (mechanism audits; see module docstring)
+    method: str = "clopper-pearson"
 
 
 @dataclass
@@ -189,6 +222,9 @@ class AuditResult:
     params: dict = field(default_factory=dict)
     #: selector audits: the distinguishing event ("index == k", "index != k")
     event: str | None = None
+    method: str = "clopper-pearson"
+    #: features the statistic combined (releases + final w[0] for an algorithm)
+    features: int = 1
 
     @property
     def violated(self) -> bool:
@@ -290,6 +326,49 @@ def choose_event(o1, o0, delta: float, confidence: float) -> int:
     return best_k
 
 
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Exact epsilon at ``delta`` of the Gaussian mechanism with sensitivity /
+    sigma = ``mu`` (Balle & Wang 2018: delta(eps) = Phi(-eps/mu + mu/2) -
+    e^eps Phi(-eps/mu - mu/2)), by bisection; 0 when mu <= 0."""
+    from scipy.stats import norm
+
+    if not mu > 0:
+        return 0.0
+
+    def dlt(e):
+        return norm.cdf(-e / mu + mu / 2) - math.exp(e) * norm.cdf(-e / mu - mu / 2)
+
+    if dlt(0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while dlt(hi) > delta:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if dlt(mid) > delta else (lo, mid)
+    return hi
+
+
+def gaussian_lower_bound(s1, s0, sign: int, delta: float, confidence: float) -> tuple[float, float, float]:
+    """``(epsilon_lower, mu_lower, sigma_upper)`` of the ``"gaussian"`` method
+    (module docstring): with probability >= ``confidence``, when ``s1`` and
+    ``s0`` are Gaussian samples with a common variance, ``sign * (mean_1 -
+    mean_0) / sigma >= mu_lower`` and epsilon >= gaussian_epsilon(mu_lower)."""
+    from scipy.stats import chi2, t
+
+    s1, s0 = np.asarray(s1, dtype=float), np.asarray(s0, dtype=float)
+    n1, n0 = len(s1), len(s0)
+    a = (1.0 - confidence) / 2.0  # half for the mean, half for the variance
+    diff = sign * (s1.mean() - s0.mean())
+    se = math.sqrt(s1.var(ddof=1) / n1 + s0.var(ddof=1) / n0)
+    diff_lo = diff - t.ppf(1.0 - a, min(n1, n0) - 1) * se
+    dof = n1 + n0 - 2
+    pooled = ((n1 - 1) * s1.var(ddof=1) + (n0 - 1) * s0.var(ddof=1)) / dof
+    sigma_up = math.sqrt(pooled * dof / chi2.ppf(a, dof))
+    mu_lo = max(diff_lo, 0.0) / sigma_up if sigma_up > 0 else (math.inf if diff_lo > 0 else 0.0)
+    return gaussian_epsilon(mu_lo, delta), mu_lo, sigma_up
+
+
 def fisher_direction(F1: np.ndarray, F0: np.ndarray) -> np.ndarray:
     """Fisher's linear discriminant direction from two samples of feature vectors."""
     mu = F1.mean(axis=0) - F0.mean(axis=0)
@@ -381,6 +460,8 @@ def _parse_fault(fault):
         return None, 1.0
     if fault == "no-clip":
         return "no-clip", 1.0
+    if fault == "tree-one-level":
+        return "tree-one-level", 1.0
     if fault.startswith("noise-scale="):
         try:
             s = float(fault.split("=", 1)[1])
@@ -401,6 +482,67 @@ def _faulty_noise(noise_cls, s):
 
     Faulty.__name__ = f"Faulty{noise_cls.__name__}"
     return Faulty
+
+
+class _LeafChargedOnce:
+    """TEST-ONLY fault: an accountant proxy that charges a disjoint add's
+    L-level tree event ``SelfComposed(Gaussian(z), L)`` as one Gaussian."""
+
+    def __init__(self, acc):
+        self._acc = acc
+
+    def charge(self, event, group=None, **kw):
+        import dp_accounting as dpa
+
+        if group is not None and isinstance(event, dpa.SelfComposedDpEvent):
+            event = event.event
+        return self._acc.charge(event, group, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self._acc, name)
+
+
+def _undercharged_tree(noise_cls):
+    """TEST-ONLY fault "tree-one-level": the tree mechanism with one Gaussian
+    charged (and planned) per leaf instead of L (issue 10, finding 9)."""
+    if not hasattr(noise_cls, "node_noise"):
+        raise ParameterError("fault tree-one-level needs a tree mechanism (--noise tree)")
+
+    class UnderchargedTree(noise_cls):
+        def __init__(self, **kw):
+            kw["accountant"] = _LeafChargedOnce(kw["accountant"])
+            super().__init__(**kw)
+
+        @classmethod
+        def record_event(cls, noise_multiplier, horizon, participation_kind, steps):
+            if participation_kind == "disjoint":
+                from .accounting import gaussian_event
+
+                return gaussian_event(noise_multiplier)
+            return super().record_event(noise_multiplier, horizon, participation_kind, steps)
+
+    UnderchargedTree.__name__ = f"Undercharged{noise_cls.__name__}"
+    return UnderchargedTree
+
+
+def _recording(noise_cls, sink: list, accountant):
+    """``noise_cls`` whose every release (projected on e_1) is appended to
+    ``sink`` - only for instances charging ``accountant`` (the run's own, not
+    a calibration dry run's stand-in)."""
+
+    class Recording(noise_cls):
+        def __init__(self, **kw):
+            self._audited = kw["accountant"] is accountant
+            super().__init__(**kw)
+
+        def add(self, increment, sensitivity, participation):
+            out = super().add(increment, sensitivity, participation)
+            if self._audited:
+                sink.append(float(out[0]))
+            return out
+
+    Recording.__name__ = noise_cls.__name__
+    return Recording
 
 
 def _unclipped_problem(problem_cls):
@@ -524,6 +666,11 @@ def _validate(cfg: AuditConfig) -> None:
             raise ParameterError("--relation applies to selector audits (an algorithm declares its own)")
     if not (0 < cfg.confidence < 1):
         raise ParameterError(f"confidence must be in (0, 1), got {cfg.confidence!r}")
+    if cfg.method not in METHODS:
+        raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {cfg.method!r}")
+    if cfg.method == "gaussian" and (cfg.algo is not None or cfg.selector is not None):
+        raise ParameterError("method gaussian audits a noise mechanism alone (its Gaussian model does "
+                             "not hold for an algorithm's adaptive runs or a selector)")
 
 
 def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = None) -> AuditResult:
@@ -551,6 +698,8 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
         noise_cls = reg.get("noise", cfg.noise)
         if fault == "no-clip":
             raise ParameterError("fault no-clip needs an algorithm (a mechanism alone clips nothing)")
+        if fault == "tree-one-level":
+            noise_cls = _undercharged_tree(noise_cls)
         run_cls = _faulty_noise(noise_cls, scale) if fault == "noise-scale" else noise_cls
         relation, params = "add-remove", {}
         T, kind = cfg.steps, cfg.participation
@@ -580,6 +729,10 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
         noise_cls = reg.get("noise", noise_name) if noise_name else None
         if noise_cls is not None and fault == "noise-scale":
             noise_cls = _faulty_noise(noise_cls, scale)
+        if fault == "tree-one-level":
+            if noise_cls is None:
+                raise ParameterError("fault tree-one-level needs an algorithm that keeps a running sum")
+            noise_cls = _undercharged_tree(noise_cls)
         declared = {s.name for s in algo_cls.params}
         given = parse_pairs(cfg.params) if isinstance(cfg.params, (list, tuple)) else dict(cfg.params)
         merged = {k: v for k, v in AUDIT_PARAMS.get(cfg.algo, {}).items() if k in declared}
@@ -593,13 +746,18 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
 
         def trial(present: bool, seed: int):
             acc = acc_cls(cfg.epsilon, cfg.delta, relation)
-            algo = algo_cls(problems[present], params, noise=noise_cls, accountant=acc, seed=seed)
+            releases: list = []
+            ncls = None if noise_cls is None else _recording(noise_cls, releases, acc)
+            algo = algo_cls(problems[present], params, noise=ncls, accountant=acc, seed=seed)
             if fault == "noise-scale":
                 orig = algo.rng
                 algo.rng = lambda stream: _ScaledNoise(orig(stream), scale)
             out = algo.run()
-            w = np.nan_to_num(np.asarray(out.w, dtype=float), nan=1e300, posinf=1e300, neginf=-1e300)
-            return np.array([w[0]]), acc.epsilon_spent
+            w = np.asarray(out.w, dtype=float)
+            # the released sequence (every noisy prefix sum, on e_1), then the final w[0]
+            f = np.array(releases[:MAX_RELEASES] + [0.0] * (MAX_RELEASES - len(releases[:MAX_RELEASES]))
+                         + [w[0]]) if ncls is not None else np.array([w[0]])
+            return np.nan_to_num(f, nan=1e300, posinf=1e300, neginf=-1e300), acc.epsilon_spent
 
         target = f"algorithm {cfg.algo}"
 
@@ -633,6 +791,9 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
     fp, fn = _errors(s1[h:], s0[h:], tau, sign)
     n1, n0 = len(s1) - h, len(s0) - h
     eps, fpr_u, fnr_u = epsilon_lower_bound(fp, n0, fn, n1, cfg.delta, cfg.confidence)
+    if cfg.method == "gaussian":  # direction from the calibration half, bound on the measurement half
+        sign = 1 if np.mean(s1[:h]) >= np.mean(s0[:h]) else -1
+        eps = np.atleast_1d(gaussian_lower_bound(s1[h:], s0[h:], sign, cfg.delta, cfg.confidence)[0])
     if cfg.selector is not None:  # sign * indicator > tau: tau 0 / -1 for the two directions
         name = "none" if k == -1 else str(k)
         if (sign > 0 and tau < 1) or (sign < 0 and tau < 0):
@@ -644,4 +805,5 @@ def run_audit(cfg: AuditConfig, progress: Callable[[int, int], None] | None = No
         trials=cfg.trials, epsilon_claimed=claimed, delta=cfg.delta, epsilon_lower=float(eps[0]),
         confidence=cfg.confidence, fpr=float(fp[0]) / n0, fnr=float(fn[0]) / n1,
         fpr_upper=float(fpr_u[0]), fnr_upper=float(fnr_u[0]), threshold=float(tau), fault=cfg.fault,
-        seconds=time.perf_counter() - t0, params=params, event=event)
+        seconds=time.perf_counter() - t0, params=params, event=event, method=cfg.method,
+        features=int(F1.shape[1]))

@@ -105,13 +105,18 @@ class Participation:
                      without amplification): charged globally.
     kind "poisson":  each record independently with probability ``q``:
                      charged globally with Poisson amplification.
-    kind "disjoint": only the records of batch ``group``, which are used in no
-                     other batch (single pass): charged to that group.
+    kind "disjoint": only the records of batch ``group`` of the pass
+                     ``pass_id``, which are used in no other batch of that
+                     pass (single pass): charged to that group of that pass.
+                     A record's exposure sums, over passes, its group's
+                     charges (dpreg.accounting); ``pass_id=None`` is the
+                     accountant's default pass.
     """
 
     kind: str
     q: float = 1.0
     group: Hashable | None = None
+    pass_id: Hashable | None = None
 
     @staticmethod
     def all() -> "Participation":
@@ -122,8 +127,8 @@ class Participation:
         return Participation("poisson", q=float(q))
 
     @staticmethod
-    def disjoint(group: Hashable) -> "Participation":
-        return Participation("disjoint", group=group)
+    def disjoint(group: Hashable, pass_id: Hashable | None = None) -> "Participation":
+        return Participation("disjoint", group=group, pass_id=pass_id)
 
 
 def charge(accountant: "Accountant", event, participation: Participation, label: str = "") -> float:
@@ -137,7 +142,9 @@ def charge(accountant: "Accountant", event, participation: Participation, label:
     if participation.kind == "poisson":
         return accountant.charge(poisson_sampled(participation.q, event), None, label=label)
     if participation.kind == "disjoint":
-        return accountant.charge(event, participation.group, label=label)
+        if participation.pass_id is None:
+            return accountant.charge(event, participation.group, label=label)
+        return accountant.charge(event, participation.group, label=label, pass_id=participation.pass_id)
     raise ValueError(f"unknown participation kind {participation.kind!r}")
 
 

@@ -360,6 +360,81 @@ def test_oracle_sensitivity_property(one_thread, li, x, y, w, wp, clip, pos, ful
     _check_oracles(li, x, y, w, wp, clip, pos, full)
 
 
+def _exact_norm_over(v, clip) -> bool:
+    """Whether the exact Euclidean norm of the float vector ``v`` exceeds ``clip``
+    (computed in rationals: no rounding)."""
+    from fractions import Fraction
+
+    return sum(Fraction(float(t)) ** 2 for t in np.ravel(v)) > Fraction(float(clip)) ** 2
+
+
+CANCEL_LOSSES = ("lowy-synthetic", "logistic", "sigmoid", "phase-retrieval")
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(li=st.sampled_from(CANCEL_LOSSES), d=st.integers(1, 7), seed=st.integers(0, 2**32 - 1),
+       xscale=st.floats(1e-3, 1e6), log_clip=st.floats(-14, 2), rho=st.floats(0.0, 3.0),
+       wscale=st.floats(0.0, 10.0), kind=st.sampled_from(["grad", "diff"]))
+def test_clip_holds_under_cancellation(one_thread, li, d, seed, xscale, log_clip, rho, wscale, kind):
+    """Finding 7 (issue 10): the term a x + r with |a x| ~ |r| >> |a x + r| ~ clip
+    (a crafted record cancelling the data-independent part r, e.g. x ~ -r for
+    lowy-synthetic).  The expanded |a x|^2 + 2 a <x, r> + |r|^2 cancels here;
+    the term each kernel adds for that record - one row (the tail loop) and four
+    copies (the 4-row block; their exact sum <= 4 clip) - has exact norm <= clip."""
+    import dpreg_kernels.linear_model as K
+
+    loss = get_registry().get("loss", li)
+    dphi_py = type(loss).dphi
+    dphi = loss.scalar_kernels()[1]
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(d)
+    x *= xscale / np.linalg.norm(x)
+    w = rng.standard_normal(d) * (wscale / math.sqrt(d))
+    wp = w + rng.standard_normal(d) * (wscale / math.sqrt(d))
+    yv = 1.0 if rng.random() < 0.5 else -1.0
+    clip = 10.0 ** log_clip
+    e = rng.standard_normal(d)
+    e *= rho * clip / np.linalg.norm(e)
+    if kind == "grad":
+        a = dphi_py(float(x @ w), yv)
+        r = -a * x + e  # a x + r = e (up to rounding): |e| = rho * clip
+        rp = None
+    else:
+        a = dphi_py(float(x @ w), yv) - dphi_py(float(x @ wp), yv)
+        r = rng.standard_normal(d)
+        rp = r + a * x - e  # a x + (r - rp) = e
+    X = np.ascontiguousarray(np.vstack([x, np.zeros((3, d))]))
+    y = np.full(4, yv)
+    nx = K.row_sqnorms(X)
+    for idx, copies in ((np.array([0]), 1), (np.zeros(4, dtype=np.int64), 4)):
+        if kind == "grad":
+            v, _ = K.grad_sum(X, y, nx, idx, False, w, r, dphi, clip)
+        else:
+            v, _ = K.diff_sum(X, y, nx, idx, False, w, wp, r, rp, dphi, clip)
+        assert np.all(np.isfinite(v))
+        assert not _exact_norm_over(v, copies * clip), (kind, li, np.linalg.norm(v) / (copies * clip))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(li=st.sampled_from(CANCEL_LOSSES), d=st.integers(1, 7), seed=st.integers(0, 2**32 - 1),
+       xscale=st.floats(1e-3, 1e6), log_clip=st.floats(-14, 4))
+def test_hessian_clip_holds_exactly(one_thread, li, d, seed, xscale, log_clip):
+    """The clipped Hessian term d2phi x x^T the kernel adds for one record has
+    exact Frobenius norm (>= its operator norm) <= clip."""
+    import dpreg_kernels.linear_model as K
+
+    loss = get_registry().get("loss", li)
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(d)
+    x *= xscale / np.linalg.norm(x)
+    w = rng.standard_normal(d) / math.sqrt(d)
+    X = np.ascontiguousarray(x[None, :])
+    clip = 10.0 ** log_clip
+    H, _ = K.clipped_hessian_sum(X, np.ones(1), np.zeros(1, dtype=np.int64), w, loss.scalar_kernels()[2], clip)
+    assert np.all(np.isfinite(H))
+    assert not _exact_norm_over(H, clip), (li, np.linalg.norm(H) / clip)
+
+
 def test_data_loader_scaling_is_not_what_bounds_sensitivity():
     """Without clipping (clip = inf) a huge record moves the sum a lot: the
     bound above comes from the kernel's clipping, not from the data."""

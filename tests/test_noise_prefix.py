@@ -371,3 +371,23 @@ def test_bad_input_refused_before_charging(cls):
             mech.add(inc, s, Participation.disjoint("g"))
     assert acc.n_charges == 0 and mech.steps == 0
     mech.add(np.ones(3), 1.0, Participation.disjoint("g"))  # nothing was marked used
+
+
+@pytest.mark.parametrize("name", ["tree-honaker", "sqrt-factorization"])
+def test_charges_carry_the_pass_identity(registry, name):
+    """A record's exposure sums over passes: two passes that reuse a group name
+    must compose (the mechanism charges through dpreg.interfaces.charge)."""
+    from dpreg.accounting import RdpAccountant
+    from dpreg.interfaces import Participation
+
+    cls = registry.get("noise", name)
+    acc = RdpAccountant(100.0, 1e-6)
+    one = RdpAccountant(100.0, 1e-6)
+    for pass_id, a in ((("p", 1), acc), (("p", 2), acc), (("p", 1), one)):
+        mech = cls(dim=2, noise_multiplier=2.0, horizon=4, accountant=a, seed=0)
+        mech.add(np.zeros(2), 1.0, Participation.disjoint(("batch", 1), pass_id=pass_id))
+    ev = cls.record_event(2.0, 4, "disjoint", 1)
+    from dpreg.accounting import self_composed
+
+    assert acc.epsilon_spent == pytest.approx(RdpAccountant(100.0, 1e-6).epsilon_if(self_composed(ev, 2)), rel=1e-9)
+    assert acc.epsilon_spent > one.epsilon_spent

@@ -85,20 +85,58 @@ def _prefetch_row(xq):
     prefetch(xq, d - 1)
 
 
-def _scale(g2, clip, clip2):
-    """Clip factor of a per-record term with squared norm ``g2``:
-    1 if ``g2 <= clip^2``, ``clip/sqrt(g2)`` above, 0 (term dropped) when the
-    norm overflowed or is NaN, so a term's norm never exceeds ``clip``."""
+#: Clip decision under rounding (issue 10, finding 7).  The squared norm of a
+#: term ``v = a x + r`` is evaluated expanded, ``g = a^2 |x|^2 + 2 a <x,r> + |r|^2``,
+#: which cancels when ``|a x| ~ |r| >> |v|``: the computed ``g`` can be far below
+#: ``|v|^2``.  The kernels therefore decide on an upper bound
+#:   ``gu = g + (d + 8) 2^-51 t + 2^-1000``,  ``t = a^2 |x|^2 + |r|^2``  (both as computed)
+#: and scale clipped terms by ``clip / (sqrt(gu) (1 + 2^-50) + 2^-50 sqrt(t))``.
+#: Proof (u = 2^-53 the unit roundoff; numbers are the computed floats a, x, r):
+#: (i) |x|^2, <x,r>, |r|^2 are sums of d products, so in any summation order
+#: (fastmath may reassociate or contract; that only removes roundings) each has
+#: absolute error <= gamma_d times the sum of |products| (gamma_k = k u/(1-k u)),
+#: and <x,r>'s is <= gamma_d |x||r|; three products and two sums more give
+#: |g - |v|^2| <= gamma_(d+5) (a^2|x|^2 + 2|a||x||r| + |r|^2) <= 2 gamma_(d+5) (a^2|x|^2 + |r|^2),
+#: i.e. at most 2 (d+6) u t: half the added (d + 8) 2^-51 t = 4 (d+8) u t.  Products
+#: that underflow lose at most 2^-1074 each, covered by 2^-1000.  So
+#: gu >= |v|^2 + 2 (d+8) u t (1 - 2u) >= |v|^2 (1 + 8u), using t >= |v|^2 / 2 (1 - gamma_(d+1)).
+#: (ii) Kept term (gu <= fl(clip^2) <= clip^2 (1 + u)): it is added as fl(fl(a x_j) + r_j),
+#: within 2.9 u sqrt(t) of v in norm; with tau = t / clip^2, (i) gives |v|^2 / clip^2 <=
+#: min(2 tau (1 + gamma_(d+1)), 1 + u - 2 (d+8) u tau (1 - 2u)), and sqrt of that + 2.9 u sqrt(tau)
+#: < 1 for every tau (tau <= 0.45: sqrt(0.91) + 2u; tau > 0.45: sqrt(1 - x) <= 1 - x/2 and
+#: (d+8) tau - 1/2 > 2.9 sqrt(tau)).
+#: (iii) Clipped term: s = fl(clip / B) <= clip (1 + 6u) / B, the term added is
+#: fl(fl(s a) x_j) + fl(s r_j) = s v + e with |e| <= s (u |a||x| + 2.9 u sqrt(t)) <= 4 u s sqrt(t),
+#: so |term| <= clip (1 + 6u) (sqrt(gu) + 4u sqrt(t)) / (sqrt(gu) (1 + 8u) + 8u sqrt(t)) <= clip.
+#: Overflow or NaN anywhere makes gu infinite or NaN: the term is dropped (s = 0).
+#: Cost: three flops per row; the second square root runs for clipped rows only.
+_BOUND_FLOOR = 2.0 ** -1000
+_SCALE_SLACK = 2.0 ** -50
+
+
+def _err_coef(d):
+    """Coefficient of ``t`` in the clip decision's rounding bound (see above)."""
+    return (d + 8) * 2.0 ** -51
+
+
+def _scale(g2, t, clip, clip2):
+    """Clip factor of a per-record term whose squared norm is at most ``g2``
+    (the rounding-safe bound ``gu`` above; ``t = a^2|x|^2 + |r|^2``):
+    1 if ``g2 <= clip^2``, else ``clip / (sqrt(g2)(1 + 2^-50) + 2^-50 sqrt(t))``,
+    0 (term dropped) when the bound overflowed or is NaN - so the term the
+    kernel adds never has norm above ``clip`` (proof above)."""
     if g2 <= clip2:
         return 1.0
     if g2 < np.inf:
-        return clip / np.sqrt(g2)
+        return clip / (np.sqrt(g2) * (1.0 + _SCALE_SLACK) + _SCALE_SLACK * np.sqrt(t))
     return 0.0
 
 
 def _over(g2, clip2):
-    """1 if a term of squared norm ``g2`` is clipped (or dropped), else 0."""
-    if g2 <= clip2:
+    """1 if a term of squared-norm bound ``g2`` counts as clipped (or dropped),
+    else 0 - a diagnostic: the bound's underflow floor alone does not count
+    (a zero term at clip 0 is scaled to zero, as it is, but not counted)."""
+    if g2 - _BOUND_FLOOR <= clip2:
         return 0
     return 1
 
@@ -108,6 +146,7 @@ def _grad_chunk(X, y, nx, idx, full, w, r, rr, dphi, clip, clip2, ahead, short, 
     number clipped).  One chunk of :func:`_grad_sum` (a separate function so
     numba's parallel passes see a small loop body: compile time)."""
     d = X.shape[1]
+    ek = _err_coef(d)
     cs = 0.0
     k = 0
     t = lo
@@ -159,15 +198,23 @@ def _grad_chunk(X, y, nx, idx, full, w, r, rr, dphi, clip, clip2, ahead, short, 
         a1 = dphi(m1, y[i1])
         a2 = dphi(m2, y[i2])
         a3 = dphi(m3, y[i3])
-        g0 = a0 * a0 * nx[i0] + 2.0 * a0 * p0 + rr
-        g1 = a1 * a1 * nx[i1] + 2.0 * a1 * p1 + rr
-        g2 = a2 * a2 * nx[i2] + 2.0 * a2 * p2 + rr
-        g3 = a3 * a3 * nx[i3] + 2.0 * a3 * p3 + rr
+        q0 = a0 * a0 * nx[i0]
+        t0 = q0 + rr
+        g0 = (q0 + 2.0 * a0 * p0 + rr) + ek * t0 + _BOUND_FLOOR
+        q1 = a1 * a1 * nx[i1]
+        t1 = q1 + rr
+        g1 = (q1 + 2.0 * a1 * p1 + rr) + ek * t1 + _BOUND_FLOOR
+        q2 = a2 * a2 * nx[i2]
+        t2 = q2 + rr
+        g2 = (q2 + 2.0 * a2 * p2 + rr) + ek * t2 + _BOUND_FLOOR
+        q3 = a3 * a3 * nx[i3]
+        t3 = q3 + rr
+        g3 = (q3 + 2.0 * a3 * p3 + rr) + ek * t3 + _BOUND_FLOOR
         k += _over(g0, clip2) + _over(g1, clip2) + _over(g2, clip2) + _over(g3, clip2)
-        s0 = _scale(g0, clip, clip2)
-        s1 = _scale(g1, clip, clip2)
-        s2 = _scale(g2, clip, clip2)
-        s3 = _scale(g3, clip, clip2)
+        s0 = _scale(g0, t0, clip, clip2)
+        s1 = _scale(g1, t1, clip, clip2)
+        s2 = _scale(g2, t2, clip, clip2)
+        s3 = _scale(g3, t3, clip, clip2)
         # a dropped term (s = 0) reads a zero row with a zero coefficient: 0 * inf never enters
         if s0 == 0.0:
             x0 = zero
@@ -199,9 +246,11 @@ def _grad_chunk(X, y, nx, idx, full, w, r, rr, dphi, clip, clip2, ahead, short, 
             m += v * w[j]
             p += v * r[j]
         a = dphi(m, y[i])
-        g = a * a * nx[i] + 2.0 * a * p + rr
+        q = a * a * nx[i]
+        tq = q + rr
+        g = (q + 2.0 * a * p + rr) + ek * tq + _BOUND_FLOOR
         k += _over(g, clip2)
-        s = _scale(g, clip, clip2)
+        s = _scale(g, tq, clip, clip2)
         if s != 0.0:
             sa = s * a
             for j in range(d):
@@ -270,6 +319,7 @@ def _diff_chunk(X, y, nx, idx, full, w, wp, dr, rr, dphi, clip, clip2, ahead, sh
     runtime flag would put O2's second margin and its branch into O1's inner
     loop, the hottest loop of every run."""
     d = X.shape[1]
+    ek = _err_coef(d)
     cs = 0.0
     k = 0
     t = lo
@@ -334,15 +384,23 @@ def _diff_chunk(X, y, nx, idx, full, w, wp, dr, rr, dphi, clip, clip2, ahead, sh
         a1 = dphi(m1, y1) - dphi(n1, y1)
         a2 = dphi(m2, y2) - dphi(n2, y2)
         a3 = dphi(m3, y3) - dphi(n3, y3)
-        g0 = a0 * a0 * nx[i0] + 2.0 * a0 * p0 + rr
-        g1 = a1 * a1 * nx[i1] + 2.0 * a1 * p1 + rr
-        g2 = a2 * a2 * nx[i2] + 2.0 * a2 * p2 + rr
-        g3 = a3 * a3 * nx[i3] + 2.0 * a3 * p3 + rr
+        q0 = a0 * a0 * nx[i0]
+        t0 = q0 + rr
+        g0 = (q0 + 2.0 * a0 * p0 + rr) + ek * t0 + _BOUND_FLOOR
+        q1 = a1 * a1 * nx[i1]
+        t1 = q1 + rr
+        g1 = (q1 + 2.0 * a1 * p1 + rr) + ek * t1 + _BOUND_FLOOR
+        q2 = a2 * a2 * nx[i2]
+        t2 = q2 + rr
+        g2 = (q2 + 2.0 * a2 * p2 + rr) + ek * t2 + _BOUND_FLOOR
+        q3 = a3 * a3 * nx[i3]
+        t3 = q3 + rr
+        g3 = (q3 + 2.0 * a3 * p3 + rr) + ek * t3 + _BOUND_FLOOR
         k += _over(g0, clip2) + _over(g1, clip2) + _over(g2, clip2) + _over(g3, clip2)
-        s0 = _scale(g0, clip, clip2)
-        s1 = _scale(g1, clip, clip2)
-        s2 = _scale(g2, clip, clip2)
-        s3 = _scale(g3, clip, clip2)
+        s0 = _scale(g0, t0, clip, clip2)
+        s1 = _scale(g1, t1, clip, clip2)
+        s2 = _scale(g2, t2, clip, clip2)
+        s3 = _scale(g3, t3, clip, clip2)
         if s0 == 0.0:
             x0 = zero
             a0 = 0.0
@@ -376,9 +434,11 @@ def _diff_chunk(X, y, nx, idx, full, w, wp, dr, rr, dphi, clip, clip2, ahead, sh
             p += v * dr[j]
         yi = y[i]
         a = dphi(m, yi) - dphi(mp, yi)
-        g = a * a * nx[i] + 2.0 * a * p + rr
+        q = a * a * nx[i]
+        tq = q + rr
+        g = (q + 2.0 * a * p + rr) + ek * tq + _BOUND_FLOOR
         k += _over(g, clip2)
-        s = _scale(g, clip, clip2)
+        s = _scale(g, tq, clip, clip2)
         if s != 0.0:
             sa = s * a
             for j in range(d):
@@ -513,6 +573,7 @@ def _clipped_hessian_sum(X, y, idx, w, d2phi, clip):
     step = (b + nc - 1) // nc
     part = np.zeros((nc, d, d))
     ncl = np.zeros(nc, dtype=np.int64)
+    hk = 1.0 + (d + 4) * 2.0 ** -51
     for c in prange(nc):
         lo_r = c * step
         hi_r = min(b, lo_r + step)
@@ -527,7 +588,11 @@ def _clipped_hessian_sum(X, y, idx, w, d2phi, clip):
                 m += xi[j] * w[j]
                 xx += xi[j] * xi[j]
             h = d2phi(m, y[i])
-            op = abs(h) * xx
+            # |h| |x|^2 <= op: xx has relative error <= gamma_d, op one rounding
+            # more; the margin (d+4) 2^-51 > 2 gamma_(d+2) also absorbs the rounding
+            # of h * (clip / op) and of the products added, so every term added
+            # has operator (even Frobenius) norm <= clip (issue 10, finding 7)
+            op = abs(h) * xx * hk
             if not op <= clip:
                 k_cl += 1
                 # an operator norm that overflowed or is NaN drops the term
@@ -558,6 +623,7 @@ _HESS_SIG = types.Tuple((types.Array(f8, 2, "C"), i8))(Mat, Vec, Idx, Vec, Scala
 
 _ahead = jit_inline(_ahead)
 _prefetch_row = jit_inline(_prefetch_row)
+_err_coef = jit_inline(_err_coef)
 _scale = jit_inline(_scale)
 _over = jit_inline(_over)
 _grad_chunk = jit_inline(_grad_chunk)

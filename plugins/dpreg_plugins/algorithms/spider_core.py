@@ -166,11 +166,12 @@ class RecordingAccountant:
     def sensitivity_factor(self) -> float:
         return 1.0 if self.relation == "add-remove" else 2.0
 
-    def charge(self, event, group: Hashable | None = None, *, label: str = "") -> float:
+    def charge(self, event, group: Hashable | None = None, *, label: str = "",
+               pass_id: Hashable | None = None) -> float:
         if group is None:
             self.global_events.append(event)
         else:
-            self.group_events.setdefault(group, []).append(event)
+            self.group_events.setdefault((pass_id, group), []).append(event)
         return 0.0
 
 

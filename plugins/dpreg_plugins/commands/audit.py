@@ -3,7 +3,9 @@ hook exactly as a third-party plugin would add one.
 
 ``dpreg audit --algo NAME --noise NAME [--trials N] [--epsilon E --delta D
 --seed S]`` (or ``dpreg audit --selector exponential|above-threshold ...``)
-runs :func:`dpreg.audit.run_audit` (canary data sets, many seeded runs, a distinguishing test, Clopper-Pearson) and prints the audited lower
+runs :func:`dpreg.audit.run_audit` (canary data sets, many seeded runs, a
+distinguishing test on the released sequence, Clopper-Pearson or - with
+``--method gaussian``, for a mechanism - a Gaussian-shift bound) and prints the audited lower
 bound ``epsilon_lower`` next to the accountant's epsilon.  Exit status: 0 when
 ``epsilon_lower <= epsilon`` claimed, 1 when the audit found a violation, 2 on
 a user error (one line ``error: ...``).
@@ -51,11 +53,15 @@ from dpreg import hookimpl
                    "from among mirror records (n - 1)")
 @click.option("--confidence", type=float, default=0.95, show_default=True,
               help="confidence of the lower bound")
+@click.option("--method", type=click.Choice(["clopper-pearson", "gaussian"]), default="clopper-pearson",
+              show_default=True,
+              help="bound from the error rates of a threshold test (assumption-free), or from a confidence "
+                   "bound on the Gaussian shift of the statistic (mechanism audits: their noise is Gaussian)")
 @click.option("--fault", default=None, hidden=True,
-              help="TEST-ONLY fault injection: noise-scale=S or no-clip (breaks privacy on purpose)")
+              help="TEST-ONLY fault injection: noise-scale=S, no-clip or tree-one-level (breaks privacy on purpose)")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON")
 def audit(algo, noise, selector, candidates, relation, loss, trials, epsilon, delta, accountant, params, seed,
-          n, d, steps, participation, canary_norm, neighbour, confidence, fault, as_json):
+          n, d, steps, participation, canary_norm, neighbour, confidence, method, fault, as_json):
     """Empirically audit the privacy of an algorithm, a noise mechanism or a selector.
 
     Runs it many times on two neighbouring canary data sets, distinguishes
@@ -72,7 +78,7 @@ def audit(algo, noise, selector, candidates, relation, loss, trials, epsilon, de
                           accountant=accountant, trials=trials, seed=seed, params=list(params), n=n, d=d,
                           steps=steps, participation=participation, canary_norm=canary_norm, neighbour=neighbour,
                           confidence=confidence, fault=fault, selector=selector, candidates=candidates,
-                          relation=relation)
+                          relation=relation, method=method)
         return run_audit(cfg)
 
     r = go()
@@ -85,8 +91,13 @@ def audit(algo, noise, selector, candidates, relation, loss, trials, epsilon, de
         click.echo(f"claimed   epsilon={r.epsilon_claimed:.4g} at delta={r.delta:.3g} ({accountant})")
         if r.event:
             click.echo(f"event     {r.event} (chosen on the calibration half)")
-        click.echo(f"audited   epsilon_lower={r.epsilon_lower:.4g} ({r.confidence:.0%} Clopper-Pearson; "
-                   f"FPR={r.fpr:.3f} <= {r.fpr_upper:.3f}, FNR={r.fnr:.3f} <= {r.fnr_upper:.3f})")
+        if r.method == "gaussian":
+            click.echo(f"audited   epsilon_lower={r.epsilon_lower:.4g} ({r.confidence:.0%} Gaussian-shift bound "
+                       f"on a linear statistic of {r.features} released values)")
+        else:
+            click.echo(f"audited   epsilon_lower={r.epsilon_lower:.4g} ({r.confidence:.0%} Clopper-Pearson; "
+                       f"FPR={r.fpr:.3f} <= {r.fpr_upper:.3f}, FNR={r.fnr:.3f} <= {r.fnr_upper:.3f}; "
+                       f"statistic of {r.features} released values)")
         click.echo(f"result    {'VIOLATION: epsilon_lower > claimed epsilon' if r.violated else 'ok: epsilon_lower <= claimed epsilon'}"
                    f"  ({r.seconds:.1f}s)")
     if r.violated:

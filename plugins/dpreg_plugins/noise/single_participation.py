@@ -65,7 +65,7 @@ class SingleParticipationMechanism(NoiseMechanism):
         if self.steps >= self.horizon:
             raise RuntimeError(f"{self.name}: more than horizon={self.horizon} adds in one phase")
         refuse_non_disjoint(self.name, participation.kind)
-        if participation.group in self._groups:
+        if (participation.pass_id, participation.group) in self._groups:
             raise DisjointOnlyError(
                 f"noise {self.name!r}: disjoint group {participation.group!r} added twice in one phase")
         s = float(sensitivity)

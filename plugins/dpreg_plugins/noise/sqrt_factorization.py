@@ -53,7 +53,7 @@ import numpy as np
 
 from dpreg import hookimpl
 from dpreg.accounting import gaussian_event
-from dpreg.interfaces import Participation
+from dpreg.interfaces import charge, Participation
 
 from .single_participation import SingleParticipationMechanism, refuse_non_disjoint
 
@@ -117,8 +117,8 @@ class SqrtFactorizationMechanism(SingleParticipationMechanism):
     def add(self, increment: np.ndarray, sensitivity: float, participation: Participation) -> np.ndarray:
         v, s = self._check(increment, sensitivity, participation)
         # ---- charge BEFORE anything is released (nothing changes if refused)
-        self.accountant.charge(gaussian_event(self.z), participation.group, label=f"{self.name} row")
-        self._groups.add(participation.group)
+        charge(self.accountant, gaussian_event(self.z), participation, label=f"{self.name} row")
+        self._groups.add((participation.pass_id, participation.group))
         t = self.steps + 1
         self._smax = max(self._smax, s)
         sigma = self.z * self.col_norm * self._smax

@@ -42,7 +42,7 @@ import numpy as np
 
 from dpreg import hookimpl
 from dpreg.accounting import gaussian_event, self_composed
-from dpreg.interfaces import NoiseMechanism, Participation
+from dpreg.interfaces import NoiseMechanism, Participation, charge
 
 
 def tree_levels(horizon: int) -> int:
@@ -102,14 +102,14 @@ class TreeMechanism(NoiseMechanism):
             raise ValueError(f"unknown participation kind {participation.kind!r}")
         if self._kind is not None and kind != self._kind:
             raise ValueError("tree: disjoint and non-disjoint increments cannot share a phase")
-        if kind == "disjoint" and participation.group in self._groups:
+        if kind == "disjoint" and (participation.pass_id, participation.group) in self._groups:
             raise ValueError(f"tree: disjoint group {participation.group!r} added twice in one phase")
         t = self.steps + 1
         i = (t & -t).bit_length() - 1  # trailing zeros of t: level of the node completed now
         # ---- charge BEFORE anything is released (nothing changes if refused)
         if kind == "disjoint":
-            self.accountant.charge(self_composed(gaussian_event(self.z), self.levels),
-                                   participation.group, label=f"{self.name} leaf (x{self.levels} levels)")
+            charge(self.accountant, self_composed(gaussian_event(self.z), self.levels), participation,
+                   label=f"{self.name} leaf (x{self.levels} levels)")  # routes the group's pass
         else:
             self.accountant.charge(gaussian_event(self.z), None, label=f"{self.name} node level {i}")
         # ---- merge the level-<i nodes (all set bits of t-1 below i) with v_t
@@ -128,7 +128,7 @@ class TreeMechanism(NoiseMechanism):
         self._noisy[i] = exact + self.node_noise(i, (t >> i) - 1) * (self.z * sens)
         self._kind = kind
         if kind == "disjoint":
-            self._groups.add(participation.group)
+            self._groups.add((participation.pass_id, participation.group))
         self.steps = t
         out = np.zeros(self.dim)
         for v in self._noisy:

@@ -46,7 +46,7 @@ import numpy as np
 
 from dpreg import hookimpl
 from dpreg.accounting import gaussian_event, self_composed
-from dpreg.interfaces import Participation
+from dpreg.interfaces import charge, Participation
 
 from .single_participation import SingleParticipationMechanism, refuse_non_disjoint
 from .tree import tree_levels
@@ -107,9 +107,9 @@ class TreeHonakerMechanism(SingleParticipationMechanism):
         t = self.steps + 1
         i = (t & -t).bit_length() - 1  # trailing zeros of t: highest level completed now
         # ---- charge BEFORE anything is released (nothing changes if refused)
-        self.accountant.charge(self_composed(gaussian_event(self.z), self.levels), participation.group,
-                               label=f"{self.name} leaf (x{self.levels} levels)")
-        self._groups.add(participation.group)
+        charge(self.accountant, self_composed(gaussian_event(self.z), self.levels), participation,
+               label=f"{self.name} leaf (x{self.levels} levels)")
+        self._groups.add((participation.pass_id, participation.group))
         exact, sens = v, s
         hat, var = None, 0.0
         for lev in range(i + 1):
