@@ -300,10 +300,13 @@ class Algorithm(ABC):
         return cls.relation
 
     def initial_point(self) -> np.ndarray:
-        """A copy of :attr:`init` (checked to be a finite d-vector), or zeros."""
+        """A copy of :attr:`init` (checked to be a finite d-vector), or the
+        problem's data-independent default start
+        (``problem.initial_point(self.rng("initial point"))``: the origin for
+        linear models, a small random point for networks)."""
         d = self.problem.d
         if self.init is None:
-            return np.zeros(d)
+            return self.problem.initial_point(self.rng("initial point"))
         w = np.array(self.init, dtype=float).reshape(-1)
         if w.shape != (d,) or not np.all(np.isfinite(w)):
             from .errors import ParameterError

@@ -64,6 +64,22 @@ def _parse_data_name(spec: str) -> tuple[str, dict]:
     return name, kw
 
 
+def get_loss(reg, spec: str):
+    """The loss named by ``spec`` (``name`` or ``name:key=value,...``): options
+    go to the registered loss, which must then be callable (a loss factory:
+    ``loss(**options)`` returns the configured loss)."""
+    name, kw = _parse_data_name(spec)
+    loss = reg.get("loss", name)
+    if not kw:
+        return loss
+    if not callable(loss):
+        raise ParameterError(f"loss {name!r} takes no options; got {spec!r}")
+    try:
+        return loss(**kw)
+    except TypeError as exc:
+        raise ParameterError(f"loss {name!r}: bad options {kw}: {exc}") from None
+
+
 def load_data(spec: str, *, seed: int, labels: str, d: int | None = None, test: bool = False):
     """(X, y, source_test_loader_or_None, description) for a data-set name or a file path."""
     from .data import load_file, prepare
@@ -96,14 +112,14 @@ def run_pipeline(cfg: RunConfig) -> dict:
     to ``cfg.out`` if given).  Raises DpregError for anything the user got wrong,
     before any private computation when it can be known in advance."""
     from . import metrics
-    from .problem import Problem
+    from .problem import make_problem
     from .results import check_writable, to_json, versions, write_atomic
 
     t_start = time.perf_counter()
     reg = get_registry()
     # ---- names and budget first (cheap, no data touched)
     algo_cls = reg.get("algorithm", cfg.algo)
-    loss = reg.get("loss", cfg.loss)
+    loss = get_loss(reg, cfg.loss)
     acc_cls = reg.get("accountant", cfg.accountant)
     if cfg.noise is not None and not algo_cls.uses_noise:
         raise ParameterError(f"algorithm {cfg.algo!r} keeps no running sum and takes no --noise")
@@ -155,8 +171,8 @@ def run_pipeline(cfg: RunConfig) -> dict:
     delta = cfg.delta if cfg.delta is not None else 1.0 / n
     check_budget_args(cfg.epsilon, delta)
 
-    problem = Problem(loss, X, y, name=data_desc)
-    test_problem = Problem(loss, Xte, yte, name=test_desc) if Xte is not None else None
+    problem = make_problem(loss, X, y, name=data_desc)
+    test_problem = make_problem(loss, Xte, yte, name=test_desc) if Xte is not None else None
     accountant = acc_cls(cfg.epsilon, delta, algo_cls.relation_for(params))
 
     # ---- compile (or load cached) kernels before timing the run
