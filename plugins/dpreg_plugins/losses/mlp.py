@@ -8,11 +8,14 @@ problem's ``d``).  Options (``--loss mlp:hidden=32,activation=tanh``):
 * ``hidden``     width h (default 32);
 * ``activation`` ``tanh`` (default) or ``softplus``;
 * ``init``       ``random`` (default): :meth:`MLPProblem.initial_point` draws
-  ``W_kj ~ N(0, s^2/p)``, ``v_k ~ N(0, s^2/h)``, ``b = 0``, ``c = 0`` with
-  ``s = init_scale`` from the algorithm's secret ``"initial point"`` stream
-  (data-independent); ``zero``: start exactly at the symmetric saddle w = 0
-  (all hidden units identical, gradient zero except in c);
-* ``init_scale`` s (default 0.5);
+  ``W_kj ~ N(0, s^2)`` (so a pre-activation <W_k, x> of a record with
+  |x| = 1 is ~ N(0, s^2): the hidden units start in their non-linear range),
+  ``v_k ~ N(0, t^2/h)``, ``b = 0``, ``c = 0`` with ``s = init_scale`` (default
+  1) and ``t = init_v`` (default 0: the output starts at 0, loss log 2), from
+  the algorithm's secret ``"initial point"`` stream (data-independent);
+  ``zero``: start exactly at the symmetric saddle w = 0 (all hidden units
+  identical; the gradient is zero except in c);
+* ``init_scale``, ``init_v``: s and t above;
 * ``ball``       B (default 1): the declared constants hold for ``|w| <= B``;
 * ``radius``     feasible radius (default none: no projection); when set, the
   constants are declared for ``|w| <= radius``.
@@ -49,7 +52,7 @@ def _num(v, kind, name):
 
 
 class MLPLoss:
-    """One-hidden-layer network, logistic output (options hidden, activation, init, init_scale, ball, radius).
+    """One-hidden-layer network, logistic output (options hidden, activation, init, init_scale, init_v, ball, radius).
 
     Calling the loss with options returns a new loss: ``mlp(hidden=8)``.
     """
@@ -62,7 +65,8 @@ class MLPLoss:
     dphi = staticmethod(logistic_dphi)
     d2phi = staticmethod(logistic_d2phi)
 
-    def __init__(self, hidden=32, activation="tanh", init="random", init_scale=0.5, ball=1.0, radius=None):
+    def __init__(self, hidden=32, activation="tanh", init="random", init_scale=1.0, init_v=0.0, ball=1.0,
+                 radius=None):
         self.hidden = _num(hidden, int, "hidden")
         if self.hidden < 1:
             raise ParameterError(f"mlp option hidden must be >= 1, got {self.hidden}")
@@ -73,9 +77,10 @@ class MLPLoss:
             raise ParameterError(f"mlp option init must be 'random' or 'zero', got {init!r}")
         self.init = init
         self.init_scale = _num(init_scale, float, "init_scale")
+        self.init_v = _num(init_v, float, "init_v")
         self.radius = None if radius in (None, "", "none") else _num(radius, float, "radius")
         self.ball = self.radius if self.radius is not None else _num(ball, float, "ball")
-        for nm, v in (("init_scale", self.init_scale), ("ball", self.ball)):
+        for nm, v in (("init_scale", self.init_scale), ("init_v", self.init_v), ("ball", self.ball)):
             if not (math.isfinite(v) and v >= 0):
                 raise ParameterError(f"mlp option {nm} must be a finite number >= 0, got {v}")
         if self.radius is not None and not self.radius > 0:
@@ -87,7 +92,7 @@ class MLPLoss:
 
     def options(self) -> dict:
         return {"hidden": self.hidden, "activation": self.activation, "init": self.init,
-                "init_scale": self.init_scale, "ball": self.ball, "radius": self.radius}
+                "init_scale": self.init_scale, "init_v": self.init_v, "ball": self.ball, "radius": self.radius}
 
     @property
     def act_code(self) -> int:
@@ -199,14 +204,14 @@ class MLPProblem:
 
     def initial_point(self, rng: np.random.Generator) -> np.ndarray:
         """Data-independent start: zeros for ``init=zero`` (the symmetric saddle),
-        else W ~ N(0, s^2/p), v ~ N(0, s^2/h), b = c = 0 (s = init_scale)."""
+        else W_kj ~ N(0, s^2), v_k ~ N(0, t^2/h), b = c = 0 (s = init_scale,
+        t = init_v; see the module docstring)."""
         w = np.zeros(self.d)
         if self.loss.init == "zero":
             return w
         W, _, v, _ = self.unpack(w)
-        s = self.loss.init_scale
-        W[:] = rng.standard_normal(W.shape) * (s / math.sqrt(self.p))
-        v[:] = rng.standard_normal(v.shape) * (s / math.sqrt(self.h))
+        W[:] = rng.standard_normal(W.shape) * self.loss.init_scale
+        v[:] = rng.standard_normal(v.shape) * (self.loss.init_v / math.sqrt(self.h))
         return w
 
     # ------------------------------------------------------ clipped (private) sums
