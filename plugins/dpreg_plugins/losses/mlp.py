@@ -54,6 +54,14 @@ def _num(v, kind, name):
 class MLPLoss:
     """One-hidden-layer network, logistic output (options hidden, activation, init, init_scale, init_v, ball, radius).
 
+    f(w; x, y) = log(1 + exp(-y o)), o = v . act(W x + b) + c; d = h p + 2h + 1 parameters.
+    Options, as --loss mlp:key=value,...:
+    - hidden=32: width h; activation=tanh: tanh or softplus;
+    - init=random: W_kj ~ N(0, init_scale^2), v_k ~ N(0, init_v^2/h), b = c = 0 (secret, data-independent);
+      init=zero: start at the symmetric saddle w = 0; init_scale=1, init_v=0;
+    - ball=1: the declared G, M, rho hold for |w| <= ball (clip defaults only: every
+      per-record gradient and difference is clipped in the kernel);
+    - radius=none: project iterates onto this ball (then ball = radius).
     Calling the loss with options returns a new loss: ``mlp(hidden=8)``.
     """
 
