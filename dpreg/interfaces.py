@@ -289,7 +289,7 @@ class Algorithm(ABC):
     honours_init: ClassVar[bool] = False
     #: optional starting point, set by a meta-algorithm (warm start) after
     #: construction and before :meth:`run`; None: the algorithm's own default
-    #: (the origin).  Algorithms that read it set ``honours_init = True`` and
+    #: (the problem's initial point).  Algorithms that read it set ``honours_init = True`` and
     #: start from :meth:`initial_point`.
     init: np.ndarray | None = None
 
@@ -303,7 +303,7 @@ class Algorithm(ABC):
         """A copy of :attr:`init` (checked to be a finite d-vector), or the
         problem's data-independent default start
         (``problem.initial_point(self.rng("initial point"))``: the origin for
-        linear models, a small random point for networks)."""
+        linear models, a random point for networks)."""
         d = self.problem.d
         if self.init is None:
             return self.problem.initial_point(self.rng("initial point"))
