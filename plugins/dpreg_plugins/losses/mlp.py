@@ -245,6 +245,8 @@ class MLPProblem:
     def decision_function(self, w, X=None) -> np.ndarray:
         """Network outputs o(w; x) for the rows of X (default: this problem's)."""
         X = self.X if X is None else np.ascontiguousarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.p:
+            raise ValueError(f"decision_function needs rows of {self.p} features, got shape {X.shape}")
         return self._k.outputs(X, self._w(w), self.h, self._act)
 
     def value(self, w, idx=None) -> float:
