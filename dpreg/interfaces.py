@@ -296,7 +296,7 @@ class Algorithm(ABC):
     honours_init: ClassVar[bool] = False
     #: optional starting point, set by a meta-algorithm (warm start) after
     #: construction and before :meth:`run`; None: the algorithm's own default
-    #: (the origin).  Algorithms that read it set ``honours_init = True`` and
+    #: (the problem's initial point).  Algorithms that read it set ``honours_init = True`` and
     #: start from :meth:`initial_point`.
     init: np.ndarray | None = None
 
@@ -307,10 +307,13 @@ class Algorithm(ABC):
         return cls.relation
 
     def initial_point(self) -> np.ndarray:
-        """A copy of :attr:`init` (checked to be a finite d-vector), or zeros."""
+        """A copy of :attr:`init` (checked to be a finite d-vector), or the
+        problem's data-independent default start
+        (``problem.initial_point(self.rng("initial point"))``: the origin for
+        linear models, a random point for networks)."""
         d = self.problem.d
         if self.init is None:
-            return np.zeros(d)
+            return self.problem.initial_point(self.rng("initial point"))
         w = np.array(self.init, dtype=float).reshape(-1)
         if w.shape != (d,) or not np.all(np.isfinite(w)):
             from .errors import ParameterError

@@ -48,8 +48,9 @@ def lambda_min(problem, w) -> float | None:
 
 
 def accuracy(problem, w) -> float:
-    """Fraction of records with sign(<x, w>) == y (ties count as wrong)."""
-    m = problem.X @ w
+    """Fraction of records with sign(decision function) == y, the decision
+    function being <x, w> for linear models (ties count as wrong)."""
+    m = problem.decision_function(w)
     return float(np.mean(np.sign(m) == problem.y))
 
 

@@ -29,19 +29,25 @@ class Model:
     label_map: dict | None = None
     #: svmlight index base of the training files (None: not svmlight)
     zero_based: bool | None = None
+    #: "linear" (margins <x, w>) or "problem" (the loss builds its own model, e.g. mlp)
+    kind: str = "linear"
+    #: the loss with its options (``mlp:hidden=32``), to rebuild a "problem" model
+    loss_spec: str | None = None
 
     @classmethod
     def from_release(cls, model: dict) -> "Model":
         """From a record's ``release.model`` dict; DpregError if malformed."""
         try:
-            if model.get("kind") != "linear":
-                raise DpregError(f"unknown model kind {model.get('kind')!r} (this dpreg reads 'linear')")
+            kind = model.get("kind")
+            if kind not in ("linear", "problem"):
+                raise DpregError(f"unknown model kind {kind!r} (this dpreg reads 'linear' and 'problem')")
             prep = Preprocessing.from_dict(model["preprocessing"])
             w = np.asarray(model["weights"], dtype=float)
-            if w.shape != (prep.n_weights,) or not np.all(np.isfinite(w)):
-                raise DpregError(f"model weights must be {prep.n_weights} finite numbers")
+            if (kind == "linear" and w.shape != (prep.n_weights,)) or w.ndim != 1 or not np.all(np.isfinite(w)):
+                raise DpregError("model weights must be a vector of finite numbers "
+                                 f"({prep.n_weights} for a linear model)")
             return cls(w, prep, str(model["loss"]), bool(model["classifier"]), model.get("label_map"),
-                       model.get("zero_based"))
+                       model.get("zero_based"), kind, model.get("loss_spec"))
         except (KeyError, TypeError, ValueError) as exc:
             raise DpregError(f"not a dpreg model: {type(exc).__name__}: {exc}") from None
 
@@ -54,8 +60,17 @@ class Model:
         return self.preprocessing.transform(X, where="prediction data")
 
     def decision_function(self, X) -> np.ndarray:
-        """Margins <transform(x), w> (positive: the positive class)."""
-        return self.transform(X) @ self.weights
+        """Margins <transform(x), w> for a linear model, the model's outputs for
+        a loss with its own model (positive: the positive class)."""
+        Xt = self.transform(X)
+        if self.kind == "linear":
+            return Xt @ self.weights
+        from .pipeline import get_loss
+        from .problem import make_problem
+        from .registry import get_registry
+
+        loss = get_loss(get_registry(), self.loss_spec or self.loss)
+        return make_problem(loss, Xt, np.zeros(Xt.shape[0])).decision_function(self.weights, Xt)
 
     def predict(self, X) -> np.ndarray:
         """Predicted labels in the training data's raw label values (margin

@@ -118,6 +118,22 @@ def _parse_data_name(spec: str) -> tuple[str, dict]:
     return name, kw
 
 
+def get_loss(reg, spec: str):
+    """The loss named by ``spec`` (``name`` or ``name:key=value,...``): options
+    go to the registered loss, which must then be callable (a loss factory:
+    ``loss(**options)`` returns the configured loss)."""
+    name, kw = _parse_data_name(spec)
+    loss = reg.get("loss", name)
+    if not kw:
+        return loss
+    if not callable(loss):
+        raise ParameterError(f"loss {name!r} takes no options; got {spec!r}")
+    try:
+        return loss(**kw)
+    except TypeError as exc:
+        raise ParameterError(f"loss {name!r}: bad options {kw}: {exc}") from None
+
+
 def parse_labels(raw) -> tuple[float, float] | None:
     """``"NEG,POS"`` (or a pair) -> (negative, positive) raw label values."""
     if raw is None:
@@ -205,7 +221,7 @@ def load_prepared(spec, *, seed: int = 0, labels: str = "binary", d: int | None 
 
 def _validate(cfg: RunConfig, reg):
     algo_cls = reg.get("algorithm", cfg.algo)
-    loss = reg.get("loss", cfg.loss)
+    loss = get_loss(reg, cfg.loss)
     acc_cls = reg.get("accountant", cfg.accountant)
     if cfg.noise is not None and not algo_cls.uses_noise:
         raise ParameterError(f"algorithm {cfg.algo!r} keeps no running sum and takes no --noise")
@@ -258,7 +274,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     from .data import LabelMap, Schema, prepare, split
     from .interfaces import secret_seed
     from .preprocess import Preprocessing, private_scales, read_bounds
-    from .problem import Problem
+    from .problem import make_problem
     from .results import check_writable, to_json, versions, write_atomic
 
     t_start = time.perf_counter()
@@ -319,7 +335,10 @@ def run_pipeline(cfg: RunConfig) -> dict:
     accountant = acc_cls(cfg.epsilon, delta, algo_cls.relation_for(params))
 
     # ---- preprocessing (public, or private and charged first)
-    intercept = loss.classifier if cfg.intercept is None else bool(cfg.intercept)
+    own_model = getattr(loss, "make_problem", None) is not None  # e.g. mlp: its own biases
+    if own_model and cfg.intercept:
+        raise ParameterError(f"loss {cfg.loss!r} has its own bias terms: it takes no --intercept")
+    intercept = (loss.classifier and not own_model) if cfg.intercept is None else bool(cfg.intercept)
     scaling_info = None
     if type(X).__module__.startswith("scipy.sparse"):
         if sel_cls is not None:
@@ -340,8 +359,9 @@ def run_pipeline(cfg: RunConfig) -> dict:
     X = prep.transform(X, where=f"data {tr.description}", in_place=True)
     if Xte is not None:
         Xte = prep.transform(Xte, where="test data", in_place=True)
-    problem = Problem(loss, X, y, name=tr.description, row_bound=prep.row_bound)
-    test_problem = Problem(loss, Xte, yte, name=test_desc, row_bound=prep.row_bound) if Xte is not None else None
+    problem = make_problem(loss, X, y, name=tr.description, row_bound=prep.row_bound)
+    test_problem = (make_problem(loss, Xte, yte, name=test_desc, row_bound=prep.row_bound)
+                    if Xte is not None else None)
 
     # ---- compile (or load cached) kernels before timing the run
     t0 = time.perf_counter()
@@ -369,7 +389,8 @@ def run_pipeline(cfg: RunConfig) -> dict:
     release = {
         "note": RELEASE_NOTE,
         "model": model_dict(w, loss, prep, label_map,
-                            inferred.get("zero_based", getattr(tr.schema, "zero_based", None))),
+                            inferred.get("zero_based", getattr(tr.schema, "zero_based", None)),
+                            loss_spec=cfg.loss),
         "privacy": privacy_statement(accountant, algo_cls, noise_name, out.info, cfg, n, scaling_info,
                                      eps_sel),
         "config": {
@@ -404,18 +425,21 @@ def _set_threads(k: int) -> None:
     numba.set_num_threads(min(int(k), int(numba.config.NUMBA_NUM_THREADS)))
 
 
-def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = None) -> dict:
+def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = None,
+               loss_spec: str | None = None) -> dict:
     """The released model: weights over the transformed features (the last is
     the intercept's when ``prep.intercept``), the intercept in margin units,
     the label map and the preprocessing to repeat (see :mod:`dpreg.model`)."""
     w = np.asarray(w, dtype=float)
+    own = getattr(loss, "make_problem", None) is not None
     return {
-        "kind": "linear",
+        "kind": "problem" if own else "linear",  # "problem": the loss's own model (e.g. mlp)
         "loss": loss.name,
+        "loss_spec": loss_spec or loss.name,
         "classifier": bool(loss.classifier),
         "weights": w,
-        "coef": w[:prep.n_features],
-        "intercept": float(w[-1] * prep.intercept_scaling) if prep.intercept else 0.0,
+        "coef": None if own else w[:prep.n_features],
+        "intercept": float(w[-1] * prep.intercept_scaling) if prep.intercept and not own else 0.0,
         "n_features": prep.n_features,
         "label_map": label_map.as_dict() if label_map is not None else None,
         "zero_based": zero_based,

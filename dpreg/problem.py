@@ -234,7 +234,16 @@ class Problem:
         return self._fast(self._k.diff_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, wp, r, rp,
                                                            self._refs[1], _inner(clip))
 
+    def initial_point(self, rng: np.random.Generator) -> np.ndarray:
+        """The data-independent default start of an algorithm: the origin
+        (``rng`` is not drawn from)."""
+        return np.zeros(self.d)
+
     # ------------------------------------------------- exact (evaluation) quantities
+    def decision_function(self, w: np.ndarray, X: np.ndarray | None = None) -> np.ndarray:
+        """Margins <x, w> for the rows of X (default: this problem's)."""
+        return (self.X if X is None else X) @ np.asarray(w, dtype=np.float64)
+
     def value(self, w: np.ndarray, idx: np.ndarray | None = None) -> float:
         """Empirical loss: mean over rows of f(w; z_i)."""
         w = self._vec(w)
@@ -279,3 +288,16 @@ class Problem:
         H += np.stack([self.loss.psi_hvp(w, eye[j]) for j in range(self.d)], axis=1)
         return 0.5 * (H + H.T)
 
+
+
+def make_problem(loss, X, y, name: str = "", row_bound: float = 1.0):
+    """The problem of ``loss`` on ``(X, y)``: ``loss.make_problem(X, y, name)``
+    when the loss builds its own (models beyond the linear one, e.g. ``mlp``,
+    whose rows must have norm <= 1: they carry their own biases and get no
+    intercept column), else a linear-model :class:`Problem`."""
+    make = getattr(loss, "make_problem", None)
+    if make is not None:
+        if row_bound != 1.0:
+            raise ValueError(f"loss {loss.name!r} builds its own model: rows must have norm <= 1")
+        return make(X, y, name)
+    return Problem(loss, X, y, name=name, row_bound=row_bound)

@@ -24,6 +24,7 @@ from .errors import DpregError, DuplicateNameError, UnknownNameError
 #: third-party plugins (the host reaches them only through the registry)
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.losses.linear",
+    "dpreg_plugins.losses.mlp",
     "dpreg_plugins.oracles.spider",
     "dpreg_plugins.noise.gaussian",
     "dpreg_plugins.noise.tree",

@@ -127,3 +127,84 @@ def csr_clipped_diff_sum(loss, X, y, idx, w, wp, clip):
     a = dphi(np.asarray(Xb @ w).ravel(), y[idx]) - dphi(np.asarray(Xb @ wp).ravel(), y[idx])
     r = np.asarray(loss.psi_grad(w), dtype=float) - np.asarray(loss.psi_grad(wp), dtype=float)
     return _csr_clipped(Xb, a, r, clip)
+
+
+# ------------------------------------------------ one-hidden-layer networks (mlp)
+# Parameters w = [W (h x p, row-major) | b (h) | v (h) | c]; output
+# o = v . act(W x + b) + c; per-record loss log(1 + exp(-y o)).
+def _mlp_act(z, activation):
+    """(act, act', act'') elementwise."""
+    if activation == "tanh":
+        t = np.tanh(z)
+        return t, 1.0 - t * t, -2.0 * t * (1.0 - t * t)
+    s = 1.0 / (1.0 + np.exp(-z))
+    return np.logaddexp(0.0, z), s, s * (1.0 - s)
+
+
+def _mlp_unpack(w, h, p):
+    return w[:h * p].reshape(h, p), w[h * p:h * p + h], w[h * p + h:h * p + 2 * h], w[-1]
+
+
+def mlp_outputs(h, activation, X, w):
+    W, b, v, c = _mlp_unpack(w, h, X.shape[1])
+    return _mlp_act(X @ W.T + b, activation)[0] @ v + c
+
+
+def mlp_value(h, activation, X, y, w):
+    """Mean per-record logistic loss of the network."""
+    return float(np.mean(np.logaddexp(0.0, -y * mlp_outputs(h, activation, X, w))))
+
+
+def mlp_per_record_gradients(h, activation, X, y, w):
+    """(n x D) matrix of per-record gradients, built explicitly."""
+    n, p = X.shape
+    W, b, v, c = _mlp_unpack(w, h, p)
+    Z = X @ W.T + b
+    A, S1, _ = _mlp_act(Z, activation)
+    o = A @ v + c
+    e = -y / (1.0 + np.exp(y * o))               # d loss / d o
+    U = e[:, None] * v[None, :] * S1              # n x h
+    gW = U[:, :, None] * X[:, None, :]            # n x h x p
+    return np.hstack([gW.reshape(n, h * p), U, e[:, None] * A, e[:, None]])
+
+
+def mlp_clipped_grad_sum(h, activation, X, y, idx, w, clip):
+    C, k = clip_rows(mlp_per_record_gradients(h, activation, X[idx], y[idx], w), clip)
+    return C.sum(axis=0), k
+
+
+def mlp_clipped_diff_sum(h, activation, X, y, idx, w, wp, clip):
+    D = (mlp_per_record_gradients(h, activation, X[idx], y[idx], w)
+         - mlp_per_record_gradients(h, activation, X[idx], y[idx], wp))
+    C, k = clip_rows(D, clip)
+    return C.sum(axis=0), k
+
+
+def mlp_record_hessian(h, activation, x, y, w):
+    """Dense Hessian of one record's loss, from the closed form
+    phi'' grad o grad o^T + phi' grad^2 o, where grad^2 o has the blocks
+    (theta_k, theta_k) = v_k act''(z_k) x~ x~^T and (theta_k, v_k) = act'(z_k) x~,
+    x~ = (x, 1), theta_k = (W_k, b_k)."""
+    p = x.shape[0]
+    D = h * p + 2 * h + 1
+    W, b, v, c = _mlp_unpack(w, h, p)
+    z = W @ x + b
+    a, s1, s2 = _mlp_act(z, activation)
+    o = a @ v + c
+    sg = 1.0 / (1.0 + np.exp(y * o))
+    d1, d2 = -y * sg, sg * (1.0 - sg)
+    go = np.concatenate([((v * s1)[:, None] * x[None, :]).reshape(-1), v * s1, a, [1.0]])
+    H2 = np.zeros((D, D))
+    for k in range(h):
+        th = np.concatenate([np.arange(k * p, (k + 1) * p), [h * p + k]])
+        xt = np.append(x, 1.0)
+        H2[np.ix_(th, th)] += v[k] * s2[k] * np.outer(xt, xt)
+        jv = h * p + h + k
+        H2[th, jv] += s1[k] * xt
+        H2[jv, th] += s1[k] * xt
+    return d2 * np.outer(go, go) + d1 * H2
+
+
+def mlp_hessian(h, activation, X, y, w):
+    """Mean of the per-record Hessians."""
+    return sum(mlp_record_hessian(h, activation, X[i], y[i], w) for i in range(X.shape[0])) / X.shape[0]

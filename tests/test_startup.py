@@ -53,6 +53,8 @@ _CACHED_RUN = textwrap.dedent("""
         X = rng.standard_normal((40, 3)) / 3
         for name in reg.names("loss"):
             loss = reg.get("loss", name)
+            if getattr(loss, "make_problem", None) is not None:  # not a linear model (mlp)
+                continue
             y = np.where(rng.random(40) < .5, 1.0, -1.0) if loss.labels == "binary" else rng.random(40)
             pb = Problem(loss, X, y)
             w = np.full(3, 0.1)
