@@ -115,6 +115,20 @@ class Problem:
         return self._k.diff_sum(self.X, self.y, self._nx, ix, full, w, wp, r, rp,
                                 self._scalars[1], _inner(clip))
 
+    def clipped_zo_sum(self, wa: np.ndarray, wb: np.ndarray, directions: np.ndarray, idx: np.ndarray, *,
+                       h: float, sgn: float, scale: float, clip: float):
+        """(sum over records ``idx[t]`` and their unit directions
+        ``directions[t, j]`` of ``c_tj u_tj``, n_clipped) with ``c_tj`` the
+        finite difference ``scale (phi(<x,wa> + h<x,u>) - phi(<x,wb> + sgn h<x,u>))``
+        of the data part clipped to ``[-clip, clip]`` (the zeroth-order
+        estimators; :mod:`dpreg_kernels.zeroth_order`).  psi's part is the caller's."""
+        from dpreg_kernels.zeroth_order import zo_sum  # lazy: compiles or loads cache
+
+        U = np.ascontiguousarray(directions, dtype=np.float64)
+        return zo_sum(self.X, self.y, np.ascontiguousarray(idx, dtype=np.int64),
+                      np.ascontiguousarray(wa, dtype=np.float64), np.ascontiguousarray(wb, dtype=np.float64),
+                      U, float(h), float(sgn), float(scale), _inner(clip), self._scalars[0])
+
     # ------------------------------------------------- exact (evaluation) quantities
     def value(self, w: np.ndarray, idx: np.ndarray | None = None) -> float:
         """Empirical loss: mean over rows of f(w; z_i)."""

@@ -25,6 +25,7 @@ from .errors import DpregError, DuplicateNameError, UnknownNameError
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.losses.linear",
     "dpreg_plugins.oracles.spider",
+    "dpreg_plugins.oracles.zeroth_order",
     "dpreg_plugins.noise.gaussian",
     "dpreg_plugins.noise.tree",
     "dpreg_plugins.accountants.dp_accounting",
@@ -36,6 +37,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.algorithms.perturbed_sgd",
     "dpreg_plugins.selectors.private_selection",
     "dpreg_plugins.algorithms.warm_start",
+    "dpreg_plugins.algorithms.zo_o2nc",
     "dpreg_plugins.commands.audit",
 )
 
