@@ -90,3 +90,21 @@ def hessian_sum(loss, X, y, idx, w):
     for i in idx:
         out += type(loss).d2phi(float(X[i] @ w), float(y[i])) * np.outer(X[i], X[i])
     return out
+
+
+def zo_sum(loss, X, y, idx, wa, wb, U, h, sgn, scale, clip):
+    """Reference of dpreg_kernels.zeroth_order.zo_sum: sum over records t and
+    directions j of clip(scale (phi(<x,wa> + h p) - phi(<x,wb> + sgn h p)))
+    u_tj with p = <x_t, u_tj>; NaN coefficients dropped.  Returns (sum,
+    n_clipped)."""
+    phi = _vec(type(loss).phi)
+    Xb, yb = X[idx], y[idx]
+    P = np.einsum("td,tjd->tj", Xb, U)
+    ma = (Xb @ wa)[:, None]
+    mb = (Xb @ wb)[:, None]
+    Y = np.broadcast_to(yb[:, None], P.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        V = scale * (phi(ma + h * P, Y) - phi(mb + sgn * h * P, Y))
+    bad = ~(np.abs(V) <= clip)
+    C = np.where(np.isnan(V), 0.0, np.clip(V, -clip, clip))
+    return np.einsum("tj,tjd->d", C, U), int(bad.sum())

@@ -24,7 +24,7 @@ Alg 6) and adds psi's data-independent part.  Each coefficient is clipped
 (a NaN drops the term and counts as clipped), so a record's term has norm at
 most ``J * clip * max_j |u_tj|`` whatever its data: this is where Lemmas
 3.1-3.2's sensitivities are enforced.  Records are split into fixed chunks
-(a function of the block size and J alone), the chunks run under ``prange``
+(a function of the block size, J and d alone), the chunks run under ``prange``
 with one partial sum each, and the partials are added serially in chunk order:
 bit-identical for every thread count, O(chunks x d) extra memory, no random
 numbers.  Cost: O(b J d) per call.
@@ -34,18 +34,24 @@ from __future__ import annotations
 import numpy as np
 from numba import prange, types
 
-from .config import MAX_CHUNKS, MIN_CHUNK_ROWS, jit_inline, jit_parallel, jit_serial
+from .config import MAX_CHUNKS, jit_inline, jit_parallel, jit_serial
 from .linear_model import Idx, Mat, ScalarFn, Vec, f8, i8
 
 #: (records, directions per record, d) block of unit directions
 Dirs = types.Array(f8, 3, "C")
 
 
-def _zo_chunks(b, J):
-    """Number of record chunks for ``b`` records with ``J`` directions each: a
-    function of (b, J) alone (about MIN_CHUNK_ROWS direction evaluations per
-    chunk, at most MAX_CHUNKS chunks, never more chunks than records)."""
-    c = (b * J + MIN_CHUNK_ROWS - 1) // MIN_CHUNK_ROWS
+#: about this many multiply-adds of direction work per chunk: a DIFF of one
+#: record (d^2 of them) stays serial up to d = 128, a GRAD over B1 ~ T records
+#: spreads over up to MAX_CHUNKS chunks
+CHUNK_WORK = 1 << 14
+
+
+def _zo_chunks(b, J, d):
+    """Number of record chunks for ``b`` records with ``J`` directions in R^d:
+    a function of (b, J, d) alone (about CHUNK_WORK multiply-adds per chunk,
+    at most MAX_CHUNKS chunks, never more chunks than records)."""
+    c = (b * J * d + CHUNK_WORK - 1) // CHUNK_WORK
     if c > MAX_CHUNKS:
         c = MAX_CHUNKS
     if c > b:
@@ -73,7 +79,7 @@ def _zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi):
     b = idx.shape[0]
     J = U.shape[1]
     d = X.shape[1]
-    nc = _zo_chunks(b, J)
+    nc = _zo_chunks(b, J, d)
     step = (b + nc - 1) // nc
     part = np.zeros((nc, d))
     ncl = np.zeros(nc, dtype=np.int64)
@@ -120,13 +126,13 @@ _clip_coef = jit_inline(_clip_coef)
 #: the fused GRAD/DIFF kernel (see :func:`_zo_sum`), parallel and serial variants
 zo_sum_parallel = jit_parallel(_ZO_SIG)(_zo_sum)
 zo_sum_serial = jit_serial(_ZO_SIG)(_zo_sum)
-_n_zo_chunks = _zo_chunks.py_func  # plain Python: a function of (b, J) alone
+_n_zo_chunks = _zo_chunks.py_func  # plain Python: a function of (b, J, d) alone
 
 
 def zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi):
     """:func:`_zo_sum`, serial when the block is one chunk (a DIFF of one
     record: a parallel region's start-up would cost more than the work),
     parallel otherwise; both give the same bits (same chunks, same order)."""
-    if _n_zo_chunks(idx.shape[0], U.shape[1]) == 1:
+    if _n_zo_chunks(idx.shape[0], U.shape[1], U.shape[2]) == 1:
         return zo_sum_serial(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi)
     return zo_sum_parallel(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi)
