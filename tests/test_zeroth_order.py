@@ -270,9 +270,13 @@ def test_thm_4_9_defaults(registry, ramp_problem):
     assert plan["T"] == default_block_length(pb.n, pb.d, 1.0, 0.1, 1.0, rho, "vr")
     assert plan["B1"] == plan["T"] + 1 and plan["B2"] == 1
     assert plan["K"] == pb.n // (2 * plan["T"]) and plan["D"] == pytest.approx(0.1 / plan["T"])
-    # the spec's worked example: IJCNN-sized, d=22, L=1, h=0.1, F=0.7, rho=1 -> T=671, K=26
+    # the spec's worked example (IJCNN-sized, d=22, L=1, h=0.1, F=0.7, rho=1): balance
+    # points 749.6 (non-private) and 671.9 (private); the spec took the min (671), the
+    # proof needs the max
     T = default_block_length(34_990, 22, 1.0, 0.1, 0.7, 1.0, "vr")
-    assert T == 671 and 34_990 // (2 * T) == 26
+    assert T == 749 and 34_990 // (2 * T) == 23
+    assert default_block_length(34_990, 22, 1.0, 0.1, 0.7, math.inf, "vr") == 749  # non-private
+    assert default_block_length(34_990, 22, 1.0, 0.1, 0.7, 0.1, "vr") == 2124  # privacy-dominated
     # rho: the zCDP rho_z = rho^2/2 of the budget converts back to eps
     rz = rho ** 2 / 2
     assert rz + 2 * math.sqrt(rz * math.log(1e5)) == pytest.approx(4.0)

@@ -33,7 +33,8 @@ L) times the calibrated z (the L-fold Gaussian(z) is Gaussian(z/sqrt L) in
 RDP), floored at the calibrated z (Thm 4.3's |OUT| <= 2 ln T fails for T < 7).
 
 Defaults are Thm 4.9's: B1 = T + 1, B2 = 1, D = h/T, K = M/(2T) and
-T = min{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(1/2)}
+T = max{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(1/2)}
+(the paper prints min, which its proof contradicts: see default_block_length)
 with F the public bound ``f_gap`` on F(x_1) - inf F, and rho the paper's
 privacy parameter for the budget: rho^2/2 the zCDP that (eps, delta) allows
 (sqrt(rho_z) = sqrt(ln(1/delta) + eps) - sqrt(ln(1/delta))).  The sqrt(d)
@@ -44,7 +45,7 @@ direction per record, c_i the clipped two-point difference) plus independent
 noise of std z 2dL/B (the noise plugin restarted at every step, so ``tree``
 and ``gaussian`` coincide); each record is charged one Gaussian(z).  Its
 defaults (App. E): B = 1, K = M/(B T), and
-T = min{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(2/3)}.
+T = max{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(2/3)}.
 
 OSD step: the paper only says "tuned"; the default is adaptive,
 eta_t = D / sqrt(sum_{s<t} |g~_s|^2) (post-processing of releases); ``step``
@@ -76,12 +77,19 @@ def paper_rho(epsilon: float, delta: float) -> float:
 
 
 def default_block_length(M: int, d: int, L: float, h: float, f_gap: float, rho: float, oracle: str) -> int:
-    """T of Thm 4.9 (``vr``) or of App. E (``naive``): the smaller of the
-    non-private and the private term, at least 1."""
+    """T of Thm 4.9 (``vr``) or of App. E (``naive``), at least 1: the larger
+    of the non-private balance point (sqrt(d) L h M/(F + L h))^(2/3) and the
+    private one (d^(3/2) L h M/((F + L h) rho))^(1/2) (``naive``: ^(2/3)).
+
+    The paper prints ``min``; its proof needs ``max``: the bound is
+    (F + L h) 2T/(h M) (increasing in T) plus terms decreasing in T, each
+    balanced against the first at one of the two points, so only T = max of
+    them keeps both decreasing terms below the balance (with ``min``, rho -> oo,
+    i.e. no privacy, would give T -> 0).  ``rho = inf``: the non-private T."""
     a = (math.sqrt(d) * L * h * M / (f_gap + L * h)) ** (2.0 / 3.0)
     priv = d ** 1.5 * L * h * M / ((f_gap + L * h) * rho)
     b = priv ** 0.5 if oracle == "vr" else priv ** (2.0 / 3.0)
-    return max(1, int(math.floor(min(a, b))))
+    return max(1, int(math.floor(max(a, b))))
 
 
 def project_ball(v: np.ndarray, radius: float) -> np.ndarray:
@@ -117,8 +125,8 @@ class ZoO2NC(Algorithm):
                   "Thm 4.9's F; 1 bounds every loss with values in [0, 1] (ramp, sigmoid)",
                   low=0, low_open=True),
         ParamSpec("block_length", "int", None, "T: steps per block (OSD restart, tree phase)",
-                  "Thm 4.9: T = min{(sqrt(d) L h M/(F+Lh))^(2/3), (d^(3/2) L h M/((F+Lh) rho))^(1/2)}; "
-                  "naive (App. E): exponent 2/3 on the second term", low=1),
+                  "Thm 4.9: T = max{(sqrt(d) L h M/(F+Lh))^(2/3), (d^(3/2) L h M/((F+Lh) rho))^(1/2)} "
+                  "(paper: min, contradicted by its proof); naive (App. E): exponent 2/3 on the second term", low=1),
         ParamSpec("blocks", "int", None, "K: number of blocks",
                   "K = M/(B1 + B2 (T-1)) = M/(2T) with Thm 4.9's batches; naive: K = M/(B T)", low=1),
         ParamSpec("batch1", "int", None, "B1: records of GRAD at the start of a block",
