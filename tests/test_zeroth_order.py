@@ -277,6 +277,10 @@ def test_thm_4_9_defaults(registry, ramp_problem):
     assert T == 749 and 34_990 // (2 * T) == 23
     assert default_block_length(34_990, 22, 1.0, 0.1, 0.7, math.inf, "vr") == 749  # non-private
     assert default_block_length(34_990, 22, 1.0, 0.1, 0.7, 0.1, "vr") == 2124  # privacy-dominated
+    # the formula's T is capped so that one block fits in the data (naive at a small eps)
+    naive_plan = _algo(registry, pb, eps=0.05, oracle="naive")[0].plan()
+    assert default_block_length(pb.n, pb.d, 1.0, 0.1, 1.0, paper_rho(0.05, 1e-5), "naive") > pb.n
+    assert naive_plan["T"] == pb.n and naive_plan["K"] == 1
     # rho: the zCDP rho_z = rho^2/2 of the budget converts back to eps
     rz = rho ** 2 / 2
     assert rz + 2 * math.sqrt(rz * math.log(1e5)) == pytest.approx(4.0)

@@ -35,7 +35,9 @@ RDP), floored at the calibrated z (Thm 4.3's |OUT| <= 2 ln T fails for T < 7).
 Defaults are Thm 4.9's: B1 = T + 1, B2 = 1, D = h/T, K = M/(2T) and
 T = max{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(1/2)}
 (the paper prints min, which its proof contradicts: see default_block_length)
-with F the public bound ``f_gap`` on F(x_1) - inf F, and rho the paper's
+(capped so that one block fits in the data: at a9a's d = 123 and eps <= 2
+the naive oracle's T exceeds M) with F the public bound ``f_gap`` on
+F(x_1) - inf F, and rho the paper's
 privacy parameter for the budget: rho^2/2 the zCDP that (eps, delta) allows
 (sqrt(rho_z) = sqrt(ln(1/delta) + eps) - sqrt(ln(1/delta))).  The sqrt(d)
 in the first term is lost in the text extraction and implied by the rate.
@@ -153,7 +155,11 @@ class ZoO2NC(Algorithm):
         L = float(p["lipschitz"]) if p.get("lipschitz") is not None else float(pb.constants()[0])
         oracle = p["oracle"]
         rho = paper_rho(self.accountant.epsilon_budget, self.accountant.delta)
-        T = int(p["block_length"] or default_block_length(M, d, L, h, float(p["f_gap"]), rho, oracle))
+        T = p["block_length"]
+        if T is None:  # the formula, capped so that one block fits in the data (K >= 1)
+            cap = M // 2 if oracle == "vr" else M // int(p["batch"])
+            T = max(1, min(default_block_length(M, d, L, h, float(p["f_gap"]), rho, oracle), cap))
+        T = int(T)
         if oracle == "vr":
             B1 = int(p["batch1"] or T + 1)
             B2 = int(p["batch2"])
