@@ -258,7 +258,7 @@ class ZoO2NC(Algorithm):
             output.see(k, wbar)
             traj.log(k, wbar, noisy_grad_norm=float(np.linalg.norm(gsum / T)), end_norm=float(np.linalg.norm(x)))
             self.progress(k, K)
-        traj.finish(K, output.result(wbar))
+        traj.finish(K, wbar)
         out = output.result(wbar)
         info = {
             "noise": self.noise.name, "noise_multiplier": z, "noise_rule": self.p["noise_rule"],
