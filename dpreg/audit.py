@@ -138,6 +138,8 @@ AUDIT_PARAMS: dict[str, dict[str, Any]] = {
     "dp-spider": {"steps": 6, "phase": 3, "step": 0.05, "clip": 0.1},
     "adaptive-spider": {"step": 0.05, "clip": 0.1},
     "perturbed-sgd": {"step": 0.05, "clip": 0.1},
+    # 5 blocks of 4 records (GRAD on 1, then 3 DIFFs of 1): every record, the canary included, is used
+    "zo-o2nc": {"block_length": 4, "blocks": 5, "batch1": 1, "batch2": 1},
 }
 
 #: selector audits: default relation and parameters (``params`` override)
@@ -554,6 +556,9 @@ def _unclipped_problem(problem_cls):
 
         def clipped_diff_sum(self, w, w_prev, idx, clip):
             return super().clipped_diff_sum(w, w_prev, idx, np.inf)
+
+        def clipped_zo_sum(self, wa, wb, directions, idx, *, clip, **kw):
+            return super().clipped_zo_sum(wa, wb, directions, idx, clip=np.inf, **kw)
 
     return Unclipped
 

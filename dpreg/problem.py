@@ -239,6 +239,32 @@ class Problem:
         (``rng`` is not drawn from)."""
         return np.zeros(self.d)
 
+    def clipped_zo_sum(self, wa: np.ndarray, wb: np.ndarray, directions: np.ndarray, idx: np.ndarray, *,
+                       h: float, sgn: float, scale: float, clip: float):
+        """(sum over records ``idx[t]`` and their unit directions
+        ``directions[t, j]`` of ``c_tj u_tj``, n_clipped) with ``c_tj`` the
+        finite difference ``scale (phi(<x,wa> + h<x,u>) - phi(<x,wb> + sgn h<x,u>))``
+        of the data part clipped to ``[-clip, clip]`` (the zeroth-order
+        estimators; :mod:`dpreg_kernels.zeroth_order`).  psi's part is the caller's."""
+        from dpreg_kernels.zeroth_order import zo_sum  # lazy: compiles or loads cache
+
+        U = np.ascontiguousarray(directions, dtype=np.float64)
+        return zo_sum(self.dense_X, self.y, np.ascontiguousarray(idx, dtype=np.int64),
+                      np.ascontiguousarray(wa, dtype=np.float64), np.ascontiguousarray(wb, dtype=np.float64),
+                      U, float(h), float(sgn), float(scale), _inner(clip), self._scalars[0])
+
+    @property
+    def dense_X(self) -> np.ndarray:
+        """X as a dense array (itself when dense; a CSR X densified once, for
+        the kernels that have no sparse variant yet: zeroth-order)."""
+        if self._csr is None:
+            return self.X
+        cache = self.__dict__.get("_dense_cache")
+        if cache is None or cache[0] is not self.X:
+            cache = (self.X, np.ascontiguousarray(self.X.toarray(), dtype=np.float64))
+            self.__dict__["_dense_cache"] = cache
+        return cache[1]
+
     # ------------------------------------------------- exact (evaluation) quantities
     def decision_function(self, w: np.ndarray, X: np.ndarray | None = None) -> np.ndarray:
         """Margins <x, w> for the rows of X (default: this problem's)."""

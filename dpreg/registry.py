@@ -26,6 +26,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.losses.linear",
     "dpreg_plugins.losses.mlp",
     "dpreg_plugins.oracles.spider",
+    "dpreg_plugins.oracles.zeroth_order",
     "dpreg_plugins.noise.gaussian",
     "dpreg_plugins.noise.tree",
     "dpreg_plugins.noise.tree_honaker",
@@ -41,6 +42,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.algorithms.warm_start",
     "dpreg_plugins.algorithms.distributed_spider",
     "dpreg_plugins.selectors.distributed_selection",
+    "dpreg_plugins.algorithms.zo_o2nc",
     "dpreg_plugins.commands.audit",
 )
 

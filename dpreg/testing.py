@@ -32,8 +32,12 @@ def _unit_rows(rng, n, d):
 
 
 def _between(norms):
-    """A clip level halfway between two middle norms (no row sits on it)."""
+    """A clip level halfway between two middle norms (no row sits on it).
+    Zero norms (a loss that is flat at some records, e.g. ``ramp``) are left
+    out, so the level is positive."""
     s = np.sort(norms)
+    if np.count_nonzero(s) >= 4:
+        s = s[s > 0]
     k = len(s) // 2
     if s[k + 1] - s[k] <= 1e-6 * s[k + 1]:  # equal norms (data-independent terms)
         return float(0.5 * s[k])

@@ -208,3 +208,21 @@ def mlp_record_hessian(h, activation, x, y, w):
 def mlp_hessian(h, activation, X, y, w):
     """Mean of the per-record Hessians."""
     return sum(mlp_record_hessian(h, activation, X[i], y[i], w) for i in range(X.shape[0])) / X.shape[0]
+
+
+def zo_sum(loss, X, y, idx, wa, wb, U, h, sgn, scale, clip):
+    """Reference of dpreg_kernels.zeroth_order.zo_sum: sum over records t and
+    directions j of clip(scale (phi(<x,wa> + h p) - phi(<x,wb> + sgn h p)))
+    u_tj with p = <x_t, u_tj>; NaN coefficients dropped.  Returns (sum,
+    n_clipped)."""
+    phi = _vec(type(loss).phi)
+    Xb, yb = X[idx], y[idx]
+    P = np.einsum("td,tjd->tj", Xb, U)
+    ma = (Xb @ wa)[:, None]
+    mb = (Xb @ wb)[:, None]
+    Y = np.broadcast_to(yb[:, None], P.shape)
+    with np.errstate(invalid="ignore", over="ignore"):
+        V = scale * (phi(ma + h * P, Y) - phi(mb + sgn * h * P, Y))
+    bad = ~(np.abs(V) <= clip)
+    C = np.where(np.isnan(V), 0.0, np.clip(V, -clip, clip))
+    return np.einsum("tj,tjd->d", C, U), int(bad.sum())

@@ -101,6 +101,27 @@ def phase_d2phi(m, y):
     return 3.0 * m * m - y
 
 
+def ramp_phi(m, y):
+    r = 1.0 - y * m
+    if r <= 0.0:
+        return 0.0
+    if r >= 1.0:
+        return 1.0
+    return r
+
+
+def ramp_dphi(m, y):
+    # a subgradient: -y on the slope 0 < y m < 1, 0 on the flats (and kinks)
+    z = y * m
+    if z > 0.0 and z < 1.0:
+        return -y
+    return 0.0
+
+
+def ramp_d2phi(m, y):
+    return 0.0
+
+
 # ------------------------------------------------------------------------- losses
 class Logistic(LinearModelLoss):
     """Logistic loss log(1 + exp(-y <x,w>)); convex. G=1, M=1/4, rho=1/(6 sqrt 3)."""
@@ -228,7 +249,29 @@ class PhaseRetrieval(LinearModelLoss):
         return 8.0, 12.0, 12.0
 
 
-BUILTIN_LOSSES = (Logistic, Sigmoid, LogisticNonconvexReg, SigmoidL2, LowySynthetic, PhaseRetrieval)
+class Ramp(LinearModelLoss):
+    """Ramp loss min(1, max(0, 1 - y <x,w>)); non-smooth, non-convex, bounded. G=1 (M, rho undefined).
+
+    The zeroth-order paper's setting (zhang-tran-cutkosky-2024): Lipschitz
+    (G = 1 for |x| <= 1, |y| = 1) but not differentiable at y<x,w> in {0, 1},
+    so no smoothness constant M or Hessian-Lipschitz constant rho exists.
+    ``constants`` returns M = 1 and rho = 1 as placeholders so that the
+    smooth-loss algorithms still run (step 1/M = 1; difference clip
+    M |w - w'| enforced by clipping, so their privacy holds) - their
+    smooth-case guarantees do not apply.  ``dphi`` is a subgradient (-y on the
+    slope, 0 on the flats and at the kinks), ``d2phi`` = 0 (almost everywhere).
+    """
+
+    name = "ramp"
+    phi = staticmethod(ramp_phi)
+    dphi = staticmethod(ramp_dphi)
+    d2phi = staticmethod(ramp_d2phi)
+
+    def constants(self, d):
+        return 1.0, 1.0, 1.0
+
+
+BUILTIN_LOSSES = (Logistic, Sigmoid, LogisticNonconvexReg, SigmoidL2, LowySynthetic, PhaseRetrieval, Ramp)
 
 
 @hookimpl

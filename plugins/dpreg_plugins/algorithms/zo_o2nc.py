@@ -1,0 +1,276 @@
+"""``zo-o2nc``: private zeroth-order Online-to-Non-convex Conversion
+(zhang-tran-cutkosky-2024-private-zeroth-order.txt: Alg 3 with projected
+online subgradient descent, the private variance-reduced oracle of Alg 4 and
+the tree mechanism of Alg 5; ``oracle=naive`` is App. E's Alg 6 baseline).
+
+For non-smooth, non-convex, L-Lipschitz losses, from function values only.
+The smoothing radius ``h`` (the paper's delta; renamed against DP's delta) is
+also the Goldstein radius: the run looks for a (h, eps)-stationary point of the
+smoothed loss F_h, i.e. a (2h, eps)-Goldstein-stationary point of F (Cor 2.3).
+
+Single pass over disjoint batches (records used at most once).  Block k
+(k = 1..K) runs T steps of O2NC, restarting OSD and the running sum:
+
+    Delta_1 = 0;  Delta_t = Pi_{|.| <= D}(Delta_{t-1} - eta_t g~_{t-1})        (OSD, t >= 2)
+    w_t = x_t + s_t Delta_t (s_t ~ U[0,1]);  x_{t+1} = x_t + Delta_t            (Alg 3 l.4)
+    v_1 = GRAD(w_1, Z^k_1) (B1 records),  v_t = DIFF(w_t, w_{t-1}, Z^k_t) (B2)  (Alg 4)
+    g~_t = noise.add(v_t, s_t, disjoint batch)  = sum_{i<=t} v_i + noise        (Alg 5 for tree)
+    w-bar^k = (1/T) sum_t w_t;  output w-bar^k, k uniform (a secret stream)
+
+Sensitivities are enforced by the oracle's clipping (Lemmas 3.1-3.2, replace
+one record): s_1 = 2dL/B1 and s_t = 2dL|w_t - w_{t-1}|/(B2 h) - the actual
+(public) distance, at most 4dL/(B2 T) since |Delta| <= D = h/T.  Any noise
+plugin releases the running sum (default ``tree``: the existing
+TreeMechanism with disjoint groups is Alg 5, node std = z x the largest
+sensitivity among its leaves).  Accounting goes through the one accountant:
+each batch is charged, before its release, what the mechanism's record_event
+says (tree: L = bit_length(T) Gaussians of multiplier z, which is
+dp-accounting's SingleEpochTreeAggregation; gaussian: one).  Blocks use
+disjoint records: no composition across k.  z is calibrated so the
+worst-case record's planned exposure spends the budget; ``noise_rule=paper``
+uses Cor 4.4's sigma_t = sqrt(2 ln T) s_max / rho instead, i.e. z = sqrt(2 ln T /
+L) times the calibrated z (the L-fold Gaussian(z) is Gaussian(z/sqrt L) in
+RDP), floored at the calibrated z (Thm 4.3's |OUT| <= 2 ln T fails for T < 7).
+
+Defaults are Thm 4.9's: B1 = T + 1, B2 = 1, D = h/T, K = M/(2T) and
+T = max{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(1/2)}
+(the paper prints min, which its proof contradicts: see default_block_length)
+(capped so that one block fits in the data: at a9a's d = 123 and eps <= 2
+the naive oracle's T exceeds M) with F the public bound ``f_gap`` on
+F(x_1) - inf F, and rho the paper's
+privacy parameter for the budget: rho^2/2 the zCDP that (eps, delta) allows
+(sqrt(rho_z) = sqrt(ln(1/delta) + eps) - sqrt(ln(1/delta))).  The sqrt(d)
+in the first term is lost in the text extraction and implied by the rate.
+
+``oracle=naive`` (Alg 6): every step releases (1/B) sum_i d c_i u_i (one
+direction per record, c_i the clipped two-point difference) plus independent
+noise of std z 2dL/B (the noise plugin restarted at every step, so ``tree``
+and ``gaussian`` coincide); each record is charged one Gaussian(z).  Its
+defaults (App. E): B = 1, K = M/(B T), and
+T = max{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(2/3)}.
+
+OSD step: the paper only says "tuned"; the default is adaptive,
+eta_t = D / sqrt(sum_{s<t} |g~_s|^2) (post-processing of releases); ``step``
+fixes eta.  The run is unconstrained (a loss's feasible radius is ignored).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dpreg import hookimpl
+from dpreg.access import SinglePass
+from dpreg.errors import ParameterError
+from dpreg.interfaces import Algorithm, Participation, RunOutput
+from dpreg.params import ParamSpec
+from dpreg.trajectory import OutputChoice, Trajectory
+from dpreg_plugins.oracles.zeroth_order import ZerothOrderOracle
+
+PAPER = "zhang-tran-cutkosky-2024-private-zeroth-order.txt"
+
+
+def paper_rho(epsilon: float, delta: float) -> float:
+    """The paper's rho for an (eps, delta) budget: rho^2/2 = the zCDP rho_z
+    with rho_z + 2 sqrt(rho_z ln(1/delta)) = eps (Bun-Steinke conversion)."""
+    lg = math.log(1.0 / delta)
+    rz = (math.sqrt(lg + epsilon) - math.sqrt(lg)) ** 2
+    return math.sqrt(2.0 * rz)
+
+
+def default_block_length(M: int, d: int, L: float, h: float, f_gap: float, rho: float, oracle: str) -> int:
+    """T of Thm 4.9 (``vr``) or of App. E (``naive``), at least 1: the larger
+    of the non-private balance point (sqrt(d) L h M/(F + L h))^(2/3) and the
+    private one (d^(3/2) L h M/((F + L h) rho))^(1/2) (``naive``: ^(2/3)).
+
+    The paper prints ``min``; its proof needs ``max``: the bound is
+    (F + L h) 2T/(h M) (increasing in T) plus terms decreasing in T, each
+    balanced against the first at one of the two points, so only T = max of
+    them keeps both decreasing terms below the balance (with ``min``, rho -> oo,
+    i.e. no privacy, would give T -> 0).  ``rho = inf``: the non-private T."""
+    a = (math.sqrt(d) * L * h * M / (f_gap + L * h)) ** (2.0 / 3.0)
+    priv = d ** 1.5 * L * h * M / ((f_gap + L * h) * rho)
+    b = priv ** 0.5 if oracle == "vr" else priv ** (2.0 / 3.0)
+    return max(1, int(math.floor(max(a, b))))
+
+
+def project_ball(v: np.ndarray, radius: float) -> np.ndarray:
+    nrm = float(np.linalg.norm(v))
+    return v if nrm <= radius else v * (radius / nrm)
+
+
+class ZoO2NC(Algorithm):
+    """Private zeroth-order O2NC (Zhang, Tran, Cutkosky 2024)."""
+
+    name = "zo-o2nc"
+    summary = ("private zeroth-order O2NC for non-smooth losses (Zhang-Tran-Cutkosky): GRAD/DIFF "
+               "variance-reduced oracle, running sum via --noise (tree = Alg 5), single pass")
+    paper = f"{PAPER}, Algorithms 3-5 (oracle=naive: Algorithm 6, App. E)"
+    uses_noise = True
+    data_access = "single-pass"
+    relation = "replace-one"
+    honours_init = True
+    #: set True (before run) to keep every block's iterates w^k_1..w^k_T in
+    #: ``block_iterates`` for evaluation after the run (the Goldstein proxy);
+    #: O(M d) memory, off by default
+    keep_iterates: bool = False
+
+    params = (
+        ParamSpec("oracle", "str", "vr", "gradient oracle: variance-reduced GRAD+DIFF or the naive one",
+                  "vr: Alg 4 (GRAD at t=1, DIFF after); naive: Alg 6 (App. E)", choices=("vr", "naive")),
+        ParamSpec("smoothing", "float", 0.1, "smoothing radius h (the paper's delta; also the Goldstein radius)",
+                  "F_h(w) = E F(w + h v), v ~ U(ball) (Lemma 2.2); worked example of the spec: 0.1",
+                  low=0, low_open=True),
+        ParamSpec("lipschitz", "float", None, "L: clip of each finite difference per unit distance",
+                  "L = G, the loss's declared Lipschitz constant (Lemmas 3.1-3.2)", low=0, low_open=True),
+        ParamSpec("f_gap", "float", 1.0, "public bound F on F(x_1) - inf F (for the default T)",
+                  "Thm 4.9's F; 1 bounds every loss with values in [0, 1] (ramp, sigmoid)",
+                  low=0, low_open=True),
+        ParamSpec("block_length", "int", None, "T: steps per block (OSD restart, tree phase)",
+                  "Thm 4.9: T = max{(sqrt(d) L h M/(F+Lh))^(2/3), (d^(3/2) L h M/((F+Lh) rho))^(1/2)} "
+                  "(paper: min, contradicted by its proof); naive (App. E): exponent 2/3 on the second term", low=1),
+        ParamSpec("blocks", "int", None, "K: number of blocks",
+                  "K = M/(B1 + B2 (T-1)) = M/(2T) with Thm 4.9's batches; naive: K = M/(B T)", low=1),
+        ParamSpec("batch1", "int", None, "B1: records of GRAD at the start of a block",
+                  "Thm 4.9: B1 = T + 1 (Cor 4.4 needs B1 >= T B2 / 2)", low=1),
+        ParamSpec("batch2", "int", 1, "B2: records of each DIFF", "Thm 4.9: B2 = 1", low=1),
+        ParamSpec("batch", "int", 1, "B: records per step of the naive oracle", "App. E: B = 1", low=1),
+        ParamSpec("step", "float", None, "fixed OSD step size eta (default: adaptive)",
+                  "paper: 'tuned'; default eta_t = D/sqrt(sum_{s<t} |g~_s|^2), D = h/T", low=0,
+                  low_open=True),
+        ParamSpec("noise_rule", "str", "calibrated", "noise multiplier rule",
+                  "calibrated: smallest z whose plan spends (eps, delta); paper: Cor 4.4 "
+                  "sigma = sqrt(2 ln T) s_max/rho (tree only)", choices=("calibrated", "paper")),
+        ParamSpec("output", "str", "random", "which block average to return",
+                  "Alg 3 l.11: w-bar^k with k ~ Uniform[K] ('random')", choices=("random", "last", "average")),
+    )
+
+    # ----------------------------------------------------------------- plan
+    def plan(self) -> dict:
+        """The run's public sizes: T, K, batches, D, L, h (no data read but n, d)."""
+        pb = self.problem
+        M, d = pb.n, pb.d
+        p = self.p
+        h = float(p["smoothing"])
+        L = float(p["lipschitz"]) if p.get("lipschitz") is not None else float(pb.constants()[0])
+        oracle = p["oracle"]
+        rho = paper_rho(self.accountant.epsilon_budget, self.accountant.delta)
+        T = p["block_length"]
+        if T is None:  # the formula, capped so that one block fits in the data (K >= 1)
+            cap = M // 2 if oracle == "vr" else M // int(p["batch"])
+            T = max(1, min(default_block_length(M, d, L, h, float(p["f_gap"]), rho, oracle), cap))
+        T = int(T)
+        if oracle == "vr":
+            B1 = int(p["batch1"] or T + 1)
+            B2 = int(p["batch2"])
+            per_block = B1 + B2 * (T - 1)
+        else:
+            B1 = B2 = int(p["batch"])
+            per_block = B1 * T
+        K = int(p["blocks"] or M // per_block)
+        if K < 1 or K * per_block > M:
+            raise ParameterError(
+                f"zo-o2nc needs K x {per_block} records (T={T}, {oracle} oracle) and the data has {M}: "
+                "lower block_length/blocks/batches")
+        return {"oracle": oracle, "T": T, "K": K, "B1": B1, "B2": B2, "D": h / T, "h": h, "L": L,
+                "rho": rho, "records_per_block": per_block}
+
+    def _noise_multiplier(self, plan) -> float:
+        """Calibrated z: the worst-case record is in one add of one phase (its
+        batch), whose exposure is the mechanism's ``record_event(z, horizon,
+        "disjoint", ...)``; blocks are disjoint, so nothing composes across k."""
+        T, K = plan["T"], plan["K"]
+        horizon = T if plan["oracle"] == "vr" else 1  # naive: a fresh phase per step (Alg 6)
+        z = self.accountant.calibrate(lambda z: self.noise.record_event(z, horizon, "disjoint", horizon))
+        if plan["oracle"] == "vr" and self.p["noise_rule"] == "paper":
+            if self.noise.name != "tree":
+                raise ParameterError("noise_rule=paper is Cor 4.4's tree noise: use --noise tree")
+            if T > 1:
+                z *= max(1.0, math.sqrt(2.0 * math.log(T) / int(T).bit_length()))
+        return z
+
+    # ------------------------------------------------------------------ run
+    def run(self) -> RunOutput:
+        if self.noise is None:
+            raise ParameterError("zo-o2nc needs a noise mechanism (--noise tree|gaussian|...)")
+        pb = self.problem
+        plan = self.plan()
+        T, K, D = plan["T"], plan["K"], plan["D"]
+        z = self._noise_multiplier(plan)
+        factor = float(self.accountant.sensitivity_factor)
+        oracle = ZerothOrderOracle(pb, smoothing=plan["h"], lipschitz=plan["L"],
+                                   rng=self.rng("zo-o2nc directions"))
+        access = SinglePass(pb.n, self.rng("zo-o2nc permutation"))
+        s_rng = self.rng("zo-o2nc interpolation")
+        vr = plan["oracle"] == "vr"
+        mech = self.noise(dim=pb.d, noise_multiplier=z, horizon=T if vr else 1, accountant=self.accountant,
+                          seed=self.seed_sequence("zo-o2nc noise"))
+        fixed_step = self.p.get("step")
+        x = self.initial_point()
+        output = OutputChoice(self.p["output"], K, self.rng("zo-o2nc output"), x)
+        traj = Trajectory(K, checkpoints=K)  # every block average w-bar^k is kept
+        traj.log(0, x)
+        self.block_iterates: list[np.ndarray] = []
+        clipped = 0
+        s_max = 0.0
+        first = True
+        for k in range(1, K + 1):
+            delta = np.zeros(pb.d)
+            sumsq = 0.0
+            g = None
+            w_prev = None
+            wsum = np.zeros(pb.d)
+            gsum = np.zeros(pb.d)
+            kept = np.empty((T, pb.d)) if self.keep_iterates else None
+            if vr and not first:
+                mech.reset()
+            for t in range(1, T + 1):
+                if t >= 2:  # OSD on the linear losses <g~_s, .>, restarted every block
+                    eta = fixed_step if fixed_step is not None else (D / math.sqrt(sumsq) if sumsq > 0 else 0.0)
+                    delta = project_ball(delta - eta * g, D)
+                w = x + float(s_rng.random()) * delta
+                x = x + delta
+                if vr:
+                    if t == 1:
+                        idx, part = access.take(plan["B1"])
+                        est = oracle.grad(w, idx, part, factor=factor)
+                    else:
+                        idx, part = access.take(plan["B2"])
+                        est = oracle.diff(w, w_prev, idx, part, factor=factor)
+                else:
+                    if not first:
+                        mech.reset()
+                    idx, part = access.take(plan["B1"])
+                    est = oracle.naive(w, idx, part, factor=factor)
+                first = False
+                g = mech.add(est.value, est.sensitivity, part)
+                sumsq += float(g @ g)
+                clipped += est.clipped
+                s_max = max(s_max, est.sensitivity)
+                w_prev = w
+                wsum += w
+                gsum += g
+                if kept is not None:
+                    kept[t - 1] = w
+            wbar = wsum / T
+            if kept is not None:
+                self.block_iterates.append(kept)
+            output.see(k, wbar)
+            traj.log(k, wbar, noisy_grad_norm=float(np.linalg.norm(gsum / T)), end_norm=float(np.linalg.norm(x)))
+            self.progress(k, K)
+        traj.finish(K, wbar)
+        out = output.result(wbar)
+        info = {
+            "noise": self.noise.name, "noise_multiplier": z, "noise_rule": self.p["noise_rule"],
+            "oracle": plan["oracle"], "block_length": T, "blocks": K, "batch1": plan["B1"],
+            "batch2": plan["B2"], "smoothing": plan["h"], "osd_radius": D, "lipschitz": plan["L"],
+            "paper_rho": plan["rho"], "max_sensitivity": s_max, "noise_std_max_node": z * s_max,
+            "clipped_terms": clipped, "function_evaluations": oracle.function_evaluations,
+            "epsilon_spent": self.accountant.epsilon_spent, "trajectory": traj,
+        }
+        return RunOutput(out, K * T, access.used, 0, traj.series, info)
+
+
+@hookimpl
+def dpreg_register_algorithms(register):
+    register(ZoO2NC.name, ZoO2NC, summary=ZoO2NC.summary)
