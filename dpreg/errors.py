@@ -22,12 +22,14 @@ class DuplicateNameError(DpregError):
     """Two providers registered the same name for one kind."""
 
 
-class DataError(DpregError):
-    """A data file or array that cannot be used (format, NaN/inf, labels, shape)."""
+class DataError(DpregError, ValueError):
+    """A data file or array that cannot be used (format, NaN/inf, labels, shape);
+    also a ValueError, as scikit-learn and numpy callers expect."""
 
 
-class ParameterError(DpregError):
-    """An algorithm or CLI parameter that is malformed or out of range."""
+class ParameterError(DpregError, ValueError):
+    """An algorithm or CLI parameter that is malformed or out of range (also a
+    ValueError)."""
 
 
 class BudgetExceededError(DpregError):

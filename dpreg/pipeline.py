@@ -95,7 +95,8 @@ class RunConfig:
     select: str | None = None
     select_share: float = 0.1
     out: str | None = None
-    diagnostics: bool = True
+    #: True (everything), "light" (counts and accounting, no evaluation) or False (the release alone)
+    diagnostics: bool | str = True
     progress: Callable[[int, int], None] | None = None
     #: called with (message) for one-line warnings (the CLI prints them)
     warn: Callable[[str], None] | None = None
@@ -407,7 +408,16 @@ def run_pipeline(cfg: RunConfig) -> dict:
     record = {"dpreg_record": 2, "release": release}
 
     # ---- diagnostics, after the run (never fed back into it)
-    if cfg.diagnostics:
+    if cfg.diagnostics == "light":  # counts and accounting only: no evaluation on the data
+        info = {k: v for k, v in out.info.items() if k != "trajectory"}
+        record["diagnostics"] = {
+            "non_private": True, "note": DIAGNOSTICS_NOTE, "schema_inferred": inferred or None,
+            "privacy": accountant.state(), "run_info": info,
+            "usage": {"iterations": out.iterations, "records_used": out.records_used,
+                      "gradient_evaluations": out.gradient_evaluations},
+            "timing": {"total_s": time.perf_counter() - t_start, "data_s": t_data, "compile_s": t_compile,
+                       "run_s": t_run}}
+    elif cfg.diagnostics:
         record["diagnostics"] = _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred,
                                              selection, scaling_info,
                                              {"total_s": time.perf_counter() - t_start, "data_s": t_data,
