@@ -84,11 +84,72 @@ def cli():
     """
 
 
+def _complete(kind):
+    """Shell completion of registered plugin names of one kind."""
+
+    def complete(ctx, param, incomplete):
+        from click.shell_completion import CompletionItem
+
+        from .registry import get_registry
+
+        try:
+            return [CompletionItem(e.name, help=e.summary) for e in get_registry().entries(kind)
+                    if e.name.startswith(incomplete)]
+        except DpregError:
+            return []
+
+    return complete
+
+
+#: ``dpreg run`` options a ``--config`` TOML file may set (its keys; "params"
+#: is a table of algorithm parameters)
+CONFIG_KEYS = ("algo", "noise", "loss", "data", "test_data", "test_fraction", "epsilon", "delta", "accountant",
+               "params", "seed", "split_seed", "features", "zero_based", "labels", "intercept", "scaling",
+               "bounds", "scaling_share", "alpha", "select", "select_share", "out", "threads", "backend",
+               "scheduler")
+
+
+def _read_config(ctx, param, path):
+    """Eager ``--config FILE``: the TOML file's keys become the command's
+    defaults (options given on the command line still win)."""
+    if path is None:
+        return None
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    try:
+        with open(path, "rb") as fh:
+            conf = tomllib.load(fh)
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}", ctx=ctx, param=param) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise click.BadParameter(f"{path} is not valid TOML: {exc}", ctx=ctx, param=param) from None
+    conf = {k.replace("-", "_"): v for k, v in conf.items()}
+    unknown = sorted(set(conf) - set(CONFIG_KEYS))
+    if unknown:
+        raise click.BadParameter(f"{path}: unknown key {unknown[0]!r}; valid keys: {', '.join(CONFIG_KEYS)}",
+                                 ctx=ctx, param=param)
+    params = conf.pop("params", {})
+    if not isinstance(params, dict):
+        raise click.BadParameter(f"{path}: 'params' must be a table of algorithm parameters", ctx=ctx, param=param)
+    if params:
+        conf["params"] = [f"{k}={v}" for k, v in params.items()]
+    ctx.default_map = {**(ctx.default_map or {}), **conf}
+    return path
+
+
 @cli.command()
-@click.option("--algo", default=None, help="algorithm name (dpreg list algorithm) [default: adaptive-spider]")
-@click.option("--noise", default=None, help="noise mechanism for the running sum (dpreg list noise) [default: tree]")
-@click.option("--loss", default=None, help="loss name [default: logistic]")
-@click.option("--data", default=None, help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz) [default: adult]")
+@click.option("--config", type=click.Path(dir_okay=False), callback=_read_config, is_eager=True,
+              expose_value=False, help="TOML file of run options (keys as the long options; [params] table); "
+                                      "command-line options win")
+@click.option("--algo", default=None, shell_complete=_complete("algorithm"),
+              help="algorithm name (dpreg list algorithm) [default: adaptive-spider]")
+@click.option("--noise", default=None, shell_complete=_complete("noise"),
+              help="noise mechanism for the running sum (dpreg list noise) [default: tree]")
+@click.option("--loss", default=None, shell_complete=_complete("loss"), help="loss name [default: logistic]")
+@click.option("--data", default=None, shell_complete=_complete("dataset"),
+              help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz) [default: adult]")
 @click.option("--test-data", default=None, help="held-out data-set name or file")
 @click.option("--test-fraction", type=float, default=None, help="hold out this fraction (split by --split-seed)")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="privacy budget epsilon > 0")
@@ -168,6 +229,7 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
     progress_cm = _progress(cfg.algo) if not quiet else _NoProgress()
     with progress_cm as cb:
         cfg.progress = cb
+        cfg.stage = getattr(cb, "stage", None)
         record = run_pipeline(cfg)
     text = to_json(record)
     # the run's result reaches the terminal before anything can fail at write time
@@ -211,6 +273,10 @@ class _RichProgress:
         def cb(step, total):
             self.p.update(self.task, completed=step, total=total)
 
+        def stage(name):
+            self.p.update(self.task, description=name, completed=0, total=None)
+
+        cb.stage = stage
         return cb
 
     def __exit__(self, *exc):

@@ -100,6 +100,8 @@ class RunConfig:
     progress: Callable[[int, int], None] | None = None
     #: called with (message) for one-line warnings (the CLI prints them)
     warn: Callable[[str], None] | None = None
+    #: called with the name of each stage (loading data, kernels, running, evaluating)
+    stage: Callable[[str], None] | None = None
     #: numba threads for the kernels (None: numba's default, all cores)
     threads: int | None = None
     #: write ``out`` at the end of the run (the CLI writes it itself, after
@@ -280,6 +282,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
     t_start = time.perf_counter()
     warn = cfg.warn or (lambda msg: None)
+    stage = cfg.stage or (lambda name: None)
     reg = get_registry()
     algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls = _validate(cfg, reg)
     if cfg.out is not None:
@@ -289,6 +292,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     root = secret_seed(cfg.seed)  # the pipeline's own mechanisms (scaling, selection)
 
     # ---- data (raw) and the public schema
+    stage("loading data")
     t0 = time.perf_counter()
     user_schema = Schema(cfg.features, cfg.zero_based, parse_labels(cfg.labels))
     tr = load_data(cfg.data, schema=user_schema, split_seed=cfg.split_seed)
@@ -365,6 +369,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
                     if Xte is not None else None)
 
     # ---- compile (or load cached) kernels before timing the run
+    stage("loading kernels (compiled on the first run only)")
     t0 = time.perf_counter()
     problem.gradient(np.zeros(problem.d), problem.all_rows[:1])
     t_compile = time.perf_counter() - t0
@@ -375,6 +380,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed,
                     progress=cfg.progress)
+    stage(f"{algo_cls.name}: calibrating noise, running")
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):  # a diverging run is reported below, in one line
         out = algo.run()
@@ -408,6 +414,8 @@ def run_pipeline(cfg: RunConfig) -> dict:
     record = {"dpreg_record": 2, "release": release}
 
     # ---- diagnostics, after the run (never fed back into it)
+    if cfg.diagnostics:
+        stage("evaluating (non-private diagnostics)")
     if cfg.diagnostics == "light":  # counts and accounting only: no evaluation on the data
         info = {k: v for k, v in out.info.items() if k != "trajectory"}
         record["diagnostics"] = {
