@@ -38,7 +38,7 @@ def test_selection_takes_its_share_from_the_run():
     plain = _run()
     sel = _run(select="above-threshold", alpha=0.2, select_share=0.5)
     # half the budget goes to the selection, so the run itself must add more noise
-    assert sel["run_info"]["noise_multiplier"] > plain["run_info"]["noise_multiplier"]
+    assert sel["diagnostics"]["run_info"]["noise_multiplier"] > plain["diagnostics"]["run_info"]["noise_multiplier"]
 
 
 def test_no_candidate_passes_falls_back_to_the_final_iterate():

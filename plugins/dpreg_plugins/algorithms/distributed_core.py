@@ -218,7 +218,10 @@ class ClientNode:
         W = np.atleast_2d(np.asarray(candidates, dtype=float))
         K, d = W.shape
         event = composed([self_composed(gaussian_event(z_grad), K), self_composed(gaussian_event(z_hess), K)])
-        charge(self.accountant, event, Participation.disjoint("selection"), label="distributed selection")
+        # the selection share and the training batches are disjoint parts of one
+        # partition of the shard: one pass, so they compose in parallel
+        charge(self.accountant, event, Participation.disjoint("selection", pass_id=self.access.pass_id),
+               label="distributed selection")
         f = self.accountant.sensitivity_factor
         sg, sh = z_grad * f * grad_clip / pb.n, z_hess * f * hess_clip / pb.n
         rng = np.random.default_rng(self._select_seed)
