@@ -330,7 +330,7 @@ class PerturbedSGD(Algorithm):
                 out = x_tilde
                 escaped = False
                 entry = {"step": t_tilde, "x_tilde_norm": float(np.linalg.norm(x_tilde)), "attempts": 0,
-                         "outcome": "interrupted (records or step cap ran out)"}
+                         "escaped": False, "outcome": "interrupted (records or step cap ran out)"}
                 if len(log) < LOG_MAX:
                     log.append(entry)
                 for _q in range(Q):
@@ -345,6 +345,7 @@ class PerturbedSGD(Algorithm):
                             break
                     if escaped:
                         break
+                entry["escaped"] = escaped
                 entry["outcome"] = "escaped" if escaped else "no escape: x~ returned"
                 if not escaped:                                   # line 20-21
                     certified = True
