@@ -211,3 +211,24 @@ def test_lowy_synthetic_constants_are_true_suprema():
     third = np.where(np.abs(a) <= rr + 1e-12, np.abs(-4 * np.cos(rr ** 2) * a ** 3 - 6 * np.sin(rr ** 2) * a), 0)
     for declared, true in ((G, g_true), (M, m_true), (rho, third.max())):
         assert true <= declared <= true * 1.01
+
+
+def test_adaptive_spider_theory_preset_uses_the_literal_eps(pb):
+    algo, _ = make(AdaptiveSpider, pb, TreeMechanism, preset="theory")
+    assert algo.resolve(7.0)["eps"] == 1.0
+    algo_p, _ = make(AdaptiveSpider, pb, TreeMechanism)
+    assert algo_p.resolve(7.0)["eps"] == pytest.approx(1.0 / (2 * 7.0))
+
+
+def test_refusal_says_what_to_do():
+    from dpreg.errors import ParameterError
+
+    small = logistic_problem(n=300, d=10)
+    algo, acc = make(AdaptiveSpider, small, TreeMechanism, eps=0.1)
+    with pytest.raises(ParameterError, match=r"Raise --epsilon, use more data.*--param alpha=.*--param batch="):
+        algo.run()
+    assert acc.n_charges == 0
+    algo2, acc2 = make(PerturbedSGD, small, GaussianMechanism, eps=0.1)
+    with pytest.raises(ParameterError, match=r"Raise --epsilon, use more data"):
+        algo2.run()
+    assert acc2.n_charges == 0

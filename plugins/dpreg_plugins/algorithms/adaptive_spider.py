@@ -125,7 +125,12 @@ class AdaptiveSpider(Algorithm):
                   "use eps_eff = 1/(factor z) for eps in the formulas of alpha, b, b_t and kappa",
                   "Lemma 3.8 sets noise multiplier ~ log(1/delta)/eps (logs dropped in Thm 3.11); "
                   "true: the calibrated z (factor 2 for replace-one) replaces 1/eps, so the node noise "
-                  "is ~ alpha/sqrt(d) as Lemma 3.8 intends; false: the literal eps"),
+                  "is ~ alpha/sqrt(d) as Lemma 3.8 intends; false: the literal eps. kappa follows kappa_eps, "
+                  "not this switch (the noise-aware kappa made every run one phase)"),
+        ParamSpec("preset", "str", "practical", "practical constants or the literal formulas of Thm 3.11",
+                  "'theory': eps in every formula is the literal budget eps (noise_aware off); 'practical': "
+                  "noise_aware as set (default on); both keep the public phase cap max_phase",
+                  choices=("practical", "theory")),
         ParamSpec("clip", "float", None, "O1 per-record gradient clip C", "C = G (declared Lipschitz constant)",
                   low=0, low_open=True),
         ParamSpec("step", "float", None, "step size eta", "eta = 1/M (Lemma 3.2)", low=0, low_open=True),
@@ -140,7 +145,7 @@ class AdaptiveSpider(Algorithm):
         pb, p = self.problem, self.p
         n, d = pb.n, pb.d
         eps = self.accountant.epsilon_budget
-        if p["noise_aware"] and z is not None:
+        if p["noise_aware"] and p["preset"] != "theory" and z is not None:
             eps = 1.0 / (self.accountant.sensitivity_factor * z)
         G, M, rho = pb.constants()
         B = p["B"] if p["B"] is not None else default_B(pb.loss)

@@ -32,6 +32,16 @@ reuse a sample, the privacy guarantee follows directly from the Gaussian
 mechanism and the parallel composition").  Every add is charged by the
 mechanism before its release; sensitivities are the oracles' clipping bounds.
 
+Practical constants (``preset=practical``, the default; ``preset=theory`` gives
+Thm 2's literal alpha, kappa, b1, b2).  Lemma 5 needs the oracle error within
+chi = alpha/4 while the test fires at |g| <= 3 chi; the batches are floored so
+that the O1 noise norm f z C sqrt(d)/b1 <= chi/2 and the O2 noise summed over a
+phase, f z M' sqrt(d kappa)/b2, <= chi/2 (f = 2 under replace-one); alpha is
+at least the smallest accuracy for which the b1 floor leaves room for
+``o1_budget`` refreshes in half the data; kappa allows ``drift_steps`` steps of
+length 3 eta chi; mu = 2.  The run records how many escape tests ran, their
+outcomes, and says so when none ran.
+
 Implementation choices (documented where the paper is silent):
 * drift is the squared distance actually moved by the query point since the
   last O1, ``drift += |x_{t-1} - x_{t-2}|^2`` (section 5's definition; equals
@@ -173,9 +183,10 @@ class PerturbedSGD(Algorithm):
                   "length 3 eta chi, and the floors of batch1/batch2", choices=("practical", "theory")),
         ParamSpec("o1_budget", "int", 4, "K1: O1 refreshes the practical alpha leaves room for",
                   "practical alpha = max{Thm 2 alpha, 16 f z C sqrt(d) K1 / n} (b1 floor <= n/(2 K1)); "
-                  "default 4 (chosen on a9a train ||grad||, docs/experiments-sosp.md)", low=1),
-        ParamSpec("drift_steps", "int", 4, "P: normal steps at the test threshold a phase allows",
-                  "practical kappa = max{Thm 2 kappa, P (3 eta chi)^2}; default 4", low=1),
+                  "default 4 (a9a train ||grad||, seed 0, grid with drift_steps; docs/experiment-fidelity.md)", low=1),
+        ParamSpec("drift_steps", "int", 2, "P: normal steps at the test threshold a phase allows",
+                  "practical kappa = max{Thm 2 kappa, P (3 eta chi)^2}; default 2 (a9a train, seed 0: final "
+                  "||grad|| 0.021 gaussian, 0.031 tree; grid K1 in {2,4,8} x P in {1,2,4})", low=1),
         ParamSpec("max_phase", "int", 16, "H: adds per running sum before a forced O1 refresh (the noise horizon)",
                   "not in Alg 2 (phases end by drift only); a public, data-independent cap (issue 10, finding 8): "
                   "tree is calibrated for bit_length(H) levels (5 for H = 16); default 16", low=1),
