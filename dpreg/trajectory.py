@@ -12,6 +12,10 @@ from __future__ import annotations
 import numpy as np
 
 
+#: keep every iterate (the candidates of ``--select``) when steps x d is at most this many floats
+KEEP_ALL_FLOATS = 10_000_000
+
+
 class Trajectory:
     def __init__(self, total_steps: int, checkpoints: int = 20, *, keep_every_iterate: bool = False):
         self.every = 1 if keep_every_iterate else max(1, int(np.ceil(max(total_steps, 1) / max(checkpoints, 1))))

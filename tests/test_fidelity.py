@@ -232,3 +232,19 @@ def test_refusal_says_what_to_do():
     with pytest.raises(ParameterError, match=r"Raise --epsilon, use more data"):
         algo2.run()
     assert acc2.n_charges == 0
+
+
+@pytest.mark.parametrize("algo,params", [("dp-spider", {"steps": 30}), ("perturbed-sgd", {}),
+                                         ("adaptive-spider", {})])
+def test_select_scans_every_iterate(algo, params):
+    """--select gets every iterate of the run as a candidate, not ~20 checkpoints."""
+    import dpreg
+
+    rec = dpreg.run(algo=algo, noise="gaussian", loss="logistic", data="synthetic-logistic:n=20000,d=5",
+                    epsilon=4.0, delta=1e-5, seed=2, params=params, select="exponential", select_share=0.2)
+    sel = rec["selection"]
+    steps = sel["steps"][:-1] if sel["steps"][-1] is None else sel["steps"]  # None: the returned point, appended
+    assert steps == list(range(len(steps))) and sel["candidates"] == len(sel["steps"])
+    assert sel["candidates"] >= 22  # more than the 20 checkpoints (+ w_0) of the old trajectory
+    assert "every" in rec["run_info"]["select_candidates"]
+    assert rec["privacy"]["epsilon_spent"] <= 4.0 * (1 + 1e-9)

@@ -48,7 +48,7 @@ from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.problem import project
-from dpreg.trajectory import OutputChoice, Trajectory
+from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
 from .spider_core import SpiderEstimator, calibrate_noise
 
@@ -200,7 +200,7 @@ class AdaptiveSpider(Algorithm):
         frozen = 1                  # frozen_{-1} = 1
         prev_norm = math.inf        # |grad~_{-1}|: no perturbation at t = 0
         expected = min(T, max(20, 4 * n // b))  # for checkpoint spacing and progress only
-        keep_all = self.p["output"] == "set"
+        keep_all = self.p["output"] == "set" or expected * d <= KEEP_ALL_FLOATS  # --select sees every iterate
         traj = Trajectory(expected, keep_every_iterate=keep_all)
         traj.log(0, w)
         output = OutputChoice(self.p["output"], None, self.rng("adaptive-spider output"), w)  # T unknown: reservoir
@@ -259,7 +259,9 @@ class AdaptiveSpider(Algorithm):
             "stop_reason": stop, "steps": t, "phases": est.phases, "o2_calls": est.o2_calls,
             "max_phase_steps": est.max_phase_steps, "records_used": access.used,
             "o1_refreshes": est.phases, "o1_forced_by_phase_cap": forced, "phase_lengths": phase_lengths[:200],
-            "max_phase": horizon, "output": self.p["output"], "output_step": output.chosen_step(t),
+            "max_phase": horizon, "output": self.p["output"],
+            "select_candidates": "every iterate" if traj.keeps_every_iterate else
+            f"{len(traj.steps)} evenly spaced checkpoints", "output_step": output.chosen_step(t),
             "batch_o1": b, "batch_o2_mean": float(bt.mean()) if bt.size else None,
             "batch_o2_min": int(bt.min()) if bt.size else None, "batch_o2_max": int(bt.max()) if bt.size else None,
             "perturbations": len(perturb_steps), "perturbation_steps": perturb_steps[:100],

@@ -46,7 +46,7 @@ from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.problem import project
-from dpreg.trajectory import OutputChoice, Trajectory
+from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
 from .dp_gd import COMMON, resolve_common
 from .spider_core import SpiderEstimator, calibrate_noise, planned_event
@@ -151,7 +151,7 @@ class DPSpider(Algorithm):
         w = self.initial_point()
         w_prev = w
         output = OutputChoice(self.p["output"], T, self.rng("dp-spider output"), w)
-        traj = Trajectory(T)
+        traj = Trajectory(T, keep_every_iterate=T * pb.d <= KEEP_ALL_FLOATS)  # --select sees every iterate
         traj.log(0, w)
         clipped = 0
         for t in range(T):
@@ -180,6 +180,8 @@ class DPSpider(Algorithm):
             "sigma2_hat": (z * self.accountant.sensitivity_factor * 2 * clip / den2
                            if self.p["lipschitz_cap"] else None),
             "clip": clip, "smoothness": M, "step": step, "clipped_terms": clipped,
+            "select_candidates": "every iterate" if traj.keeps_every_iterate else
+            f"{len(traj.steps)} evenly spaced checkpoints",
             "epsilon_spent": self.accountant.epsilon_spent, "trajectory": traj,
         }
         return RunOutput(out, T, access.used, est.gradient_evaluations, traj.series, info)

@@ -65,7 +65,7 @@ from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, NoiseMechanism, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.problem import project
-from dpreg.trajectory import OutputChoice, Trajectory
+from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
 from .spider_core import SpiderEstimator
 
@@ -298,7 +298,8 @@ class PerturbedSGD(Algorithm):
         else:
             x = np.zeros(pb.d)
         max_steps = self.p["max_steps"] or math.inf
-        traj = Trajectory(max(1, pb.n // r["batch2"]))
+        T_max = max(1, pb.n // r["batch2"])  # queries the records can pay for
+        traj = Trajectory(T_max, keep_every_iterate=T_max * pb.d <= KEEP_ALL_FLOATS)  # --select sees every query
         traj.log(0, x)
         mode = self.p["output"]
         chooser = OutputChoice("last" if mode == "paper" else mode, None, self.rng("perturbed-sgd output"), x)
@@ -380,6 +381,8 @@ class PerturbedSGD(Algorithm):
                                           "interrupted": tests - stats["escapes"] - int(certified)},
                     escape_test_note=("the run never reached an escape test (no noisy gradient <= 3 chi)"
                                       if tests == 0 else f"{tests} escape test(s) ran"),
+                    select_candidates="every query point" if traj.keeps_every_iterate else
+                    f"{len(traj.steps)} evenly spaced checkpoints",
                     output=mode, output_step=None if mode in ("paper", "average") else chooser.chosen_step(n_iter),
                     o2_queries=est.o2_calls,
                     longest_phase=est.max_phase_steps, reused_queries=oracle.n_reused,
