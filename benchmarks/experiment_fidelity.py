@@ -161,7 +161,8 @@ def report(path: str) -> str:
             line += (f" (before: {_ms([r['grad'] for r in b]).split(' ±')[0]}, "
                      f"{_ms([r['acc'] for r in b]).split(' ±')[0]})")
         accs = [r["acc"] for r in a]
-        line += f"; {sum(x >= 0.82 for x in accs)} of {len(accs)} runs reach test accuracy 0.82"
+        if not name.startswith("ijcnn1:"):  # the issue-12 target is on a9a
+            line += f"; {sum(x >= 0.82 for x in accs)} of {len(accs)} runs reach test accuracy 0.82"
         et = [r.get("escape_tests") for r in a if r.get("escape_tests") is not None]
         if et:
             line += f"; escape tests per run {_counts(et)} (before: " + \
