@@ -105,8 +105,9 @@ class DPSpider(Algorithm):
                   "cap O2's per-record clip at 2C (the sigma_hat_2 of Alg 1)",
                   "noise min(sigma_2 |w_t - w_{t-1}|, sigma_hat_2): clip min(M |dw|, 2C)"),
         ParamSpec("output", "str", "last", "which iterate to return",
-                  "Alg 1 returns w_hat ~ Unif(w_1..w_T) ('random'); default 'last' (measured in "
-                  "docs/experiments-sosp.md: the random iterate of an ERM run is an early one half the time)",
+                  "Alg 1 returns w_hat ~ Unif(w_1..w_T) ('random', the guarantee's output); default 'last' "
+                  "(not the paper's: a uniform iterate of a 100-step run is one of the first 50 half the time; "
+                  "the pages measure 'last')",
                   choices=("last", "average", "random")),
     )
 
