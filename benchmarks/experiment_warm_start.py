@@ -165,7 +165,15 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="also write raw results here")
     ap.add_argument("--app-g-only", action="store_true",
                     help="App. G hyper-parameters only (skip the tuning grid: about 1/20 of the CPU)")
+    ap.add_argument("--from-json", default=None, help="only rewrite the page from a --json file of an earlier run")
     args = ap.parse_args(argv)
+    if args.from_json:
+        raw = json.loads(Path(args.from_json).read_text())
+        results = {(float(k.split("|")[0]), k.split("|")[1], k.split("|")[2]): v for k, v in raw.items()}
+        args.trials = len(next(iter(results.values()))["runs"])
+        total = sum(r["wall_s"] for v in results.values() for r in v["runs"])
+        write_report(args, results, total, QUICK_GRID if args.quick else GRID)
+        return
     import numba
 
     numba.set_num_threads(1)  # n = d = 100: threads only add overhead
@@ -241,6 +249,8 @@ def write_report(args, results, total, grid):
          f"over the {args.trials} trials; wall time: mean seconds per private run (one thread, the accountant's "
          "calibration included, kernels compiled beforehand).", ""]
     for hp in ("App. G", "tuned"):
+        if not any(k[1] == hp for k in results):
+            continue
         L += [f"## Hyper-parameters: {hp}", "",
               "| eps | algorithm | train grad norm | test grad norm | wall s/run | parameters |",
               "|---|---|---|---|---|---|"]
@@ -256,6 +266,17 @@ def write_report(args, results, total, grid):
                          f"{wall:.3f} | `{_fmt(r['params'])}` |")
         L.append("")
     L += ["## Notes", ""]
+    for hp in ("App. G", "tuned"):
+        for eps in EPSILONS:
+            z = results.get((eps, hp, "w = 0 (reference)"))
+            priv = {name: float(np.mean([x["train"] for x in r["runs"]])) for (e, h, name), r in results.items()
+                    if e == eps and h == hp and name != "w = 0 (reference)"}
+            if z and priv:
+                z0 = float(np.mean([x["train"] for x in z["runs"]]))
+                best = min(priv, key=priv.get)
+                L.append(f"* {hp}, eps = {eps:g}: w = 0 has train grad norm {z0:.4f}; the best private method "
+                         f"({best}) {priv[best]:.4f} - " + ("below" if priv[best] < z0 else "above") + " it.")
+    L.append("")
     if not SPIDER_OK:
         L += ["* **Incomplete**: `dp-spider` does not honour an initial point yet (`honours_init`), so "
               "DP-SPIDER and every warm start with a DP-SPIDER stage are missing above; rerun the command "
