@@ -1,4 +1,4 @@
-"""Issue 3, part 7: the SPIDER-family experiment on real data.
+"""Issues 3 (part 7) and 11: the SPIDER-family experiment on real data.
 
 IJCNN1 and a9a (``../shared/data``, read in place) with the non-convex losses
 ``sigmoid-l2`` and ``logistic-nonconvex-reg``; eps in {0.25, 0.5, 1, 2, 4},
@@ -54,7 +54,12 @@ METHODS = (
     ("adaptive-spider", "tree"),
     ("perturbed-sgd", "gaussian"),
     ("perturbed-sgd", "tree"),
+    # tree vs gaussian with everything else held equal: literal eps in alpha, b, b_t and kappa
+    ("adaptive-spider[noise_aware=false]", "gaussian"),
+    ("adaptive-spider[noise_aware=false]", "tree"),
 )
+#: methods that make many passes over the data (ERM) vs one pass (population)
+ERM = ("dp-sgd", "dp-gd", "dp-spider")
 DOC = ROOT / "docs" / "experiments-sosp.md"
 COMMAND = "python benchmarks/experiments_sosp.py"
 
@@ -112,10 +117,12 @@ def run_one(data: str, loss: str, algo: str, noise: str | None, eps: float, seed
 
     train, test = data_paths(data)
     row = {"data": data, "loss": loss, "algo": algo, "noise": noise, "epsilon": eps, "seed": seed}
+    name, _, fixed = algo.partition("[")  # "algo[k=v,...]": a variant with parameters fixed
+    params = dict(kv.split("=", 1) for kv in fixed.rstrip("]").split(",") if kv)
     t0 = time.perf_counter()
     try:
-        rec = run_pipeline(RunConfig(algo=algo, noise=noise, loss=loss, data=train, test_data=test,
-                                     epsilon=eps, delta=None, seed=seed))
+        rec = run_pipeline(RunConfig(algo=name, noise=noise, loss=loss, data=train, test_data=test,
+                                     epsilon=eps, delta=None, seed=seed, params=params))
     except DpregError as exc:  # a refused configuration is a result too
         row.update(error=str(exc), wall_s=time.perf_counter() - t0)
         return row
@@ -131,7 +138,8 @@ def run_one(data: str, loss: str, algo: str, noise: str | None, eps: float, seed
         info={k: v for k, v in rec["diagnostics"]["run_info"].items()
               if isinstance(v, (int, float, str, bool)) and k in
               ("noise_multiplier", "certified", "escape_tests", "escapes", "o1_queries", "o2_queries",
-               "batch1", "batch2", "batch", "steps", "alpha", "stop_reason", "phases")},
+               "batch1", "batch2", "batch", "steps", "alpha", "stop_reason", "phases", "kappa", "batch_o1",
+               "batch_o2_mean")},
     )
     return row
 
@@ -157,7 +165,7 @@ def summarize(raw: dict[tuple, dict]):
     for k, rows in groups.items():
         ok = [r for r in rows if "error" not in r]
         a = {"seeds": len(ok), "errors": [r["error"] for r in rows if "error" in r]}
-        for m in ("grad_norm", "lambda_min", "test_accuracy", "records_used", "run_s", "eps_spent"):
+        for m in ("grad_norm", "lambda_min", "test_accuracy", "records_used", "run_s", "eps_spent", "train_loss"):
             a[m] = _mean_sd([r.get(m) for r in ok])
         agg[k] = a
     return agg
@@ -189,11 +197,40 @@ def reference_at_zero(dset: str, loss: str) -> dict | None:
             "majority": float(max(np.mean(yt > 0), np.mean(yt < 0)))}
 
 
+_FSTAR: dict = {}
+
+
+def reference_optimum(dset: str, loss: str, iters: int = 4000) -> tuple[float, float] | None:
+    """(F^*, |grad F^| there): the smallest training loss non-private full-batch
+    gradient descent from w = 0 (step 1/M, ``iters`` steps) reaches - a local
+    minimum for a non-convex loss; used only as the reference of F(w) - F^*."""
+    if (dset, loss) in _FSTAR:
+        return _FSTAR[(dset, loss)]
+    try:
+        from dpreg.data import prepare
+        from dpreg.problem import Problem
+        from dpreg.registry import get_registry
+
+        lo = get_registry().get("loss", loss)
+        train, _ = data_paths(dset)
+        with np.load(train) as f:
+            X, y = prepare(f["X"], f["y"], labels=lo.labels, where=dset)
+    except (SystemExit, OSError):
+        return None
+    pb = Problem(lo, X, y)
+    _, M, _ = pb.constants()
+    w = np.zeros(X.shape[1])
+    for _ in range(iters):
+        w = w - pb.gradient(w) / M
+    _FSTAR[(dset, loss)] = (float(pb.value(w)), float(np.linalg.norm(pb.gradient(w))))
+    return _FSTAR[(dset, loss)]
+
+
 def tree_vs_gaussian(agg) -> list[str]:
     """Per SPIDER method: in how many (data, loss, eps) cells tree noise gives
     a smaller mean |grad F| / higher mean test accuracy than gaussian."""
     lines = []
-    for algo in ("dp-spider", "adaptive-spider", "perturbed-sgd"):
+    for algo in ("dp-spider", "adaptive-spider", "perturbed-sgd", "adaptive-spider[noise_aware=false]"):
         cells = [(k[0], k[1], k[4]) for k in agg if k[2] == algo and k[3] == "gaussian"]
         both = [c for c in cells if (c[0], c[1], algo, "tree", c[2]) in agg]
         if not both:
@@ -216,21 +253,70 @@ def tree_vs_gaussian(agg) -> list[str]:
     return lines
 
 
+def findings(agg) -> list[str]:
+    """Sentences computed from the tables (every number below is a mean in them)."""
+    out = []
+    for dset, loss, eps in sorted({(k[0], k[1], k[4]) for k in agg}):
+        def g(algo, noise):
+            a = agg.get((dset, loss, algo, noise, eps))
+            return a["grad_norm"][0] if a and a["seeds"] else None
+        sgd = g("dp-sgd", "-")
+        for noise in ("gaussian", "tree"):
+            sp = g("dp-spider", noise)
+            if sgd and sp:
+                out.append(f"- {dset}, {loss}, ε = {eps:g}: dp-spider ({noise}) ends with ‖∇F̂‖ = {sp:.4f}, "
+                           f"{sp / sgd:.2f}× dp-sgd's {sgd:.4f}.")
+        if loss == "sigmoid-l2":
+            below = sorted(_label(k[2], None if k[3] == "-" else k[3]) for k, a in agg.items()
+                           if k[:2] == (dset, loss) and k[4] == eps and a["seeds"] and a["grad_norm"][0] <= 1e-3)
+            above = sorted(_label(k[2], None if k[3] == "-" else k[3]) for k, a in agg.items()
+                           if k[:2] == (dset, loss) and k[4] == eps and a["seeds"] and a["grad_norm"][0] > 1e-3)
+            out.append(f"- {dset}, sigmoid-l2, ε = {eps:g}: mean ‖∇F̂‖ ≤ 10⁻³ for "
+                       f"{', '.join(below) or 'no method'}; above it for {', '.join(above) or 'no method'}.")
+        ref = reference_optimum(dset, loss) if loss == "logistic-nonconvex-reg" else None
+        sgd_a = agg.get((dset, loss, "dp-sgd", "-", eps))
+        if ref and sgd_a and sgd_a["seeds"]:
+            fstar, gstar = ref
+            gap_sgd = sgd_a["train_loss"][0] - fstar
+            parts = []
+            for k, a in sorted(agg.items()):
+                if k[:2] == (dset, loss) and k[4] == eps and a["seeds"] and k[2] != "dp-sgd":
+                    gap = a["train_loss"][0] - fstar
+                    parts.append(f"{_label(k[2], None if k[3] == '-' else k[3])} {gap:.4f} "
+                                 f"({gap / gap_sgd:.1f}×)" if gap_sgd > 0 else f"{_label(k[2], k[3])} {gap:.4f}")
+            out.append(f"- {dset}, {loss}, ε = {eps:g}: optimality gap F̂(w) − F̂* (F̂* = {fstar:.5f}, reached by "
+                       f"non-private gradient descent, ‖∇F̂‖ = {gstar:.1e} there): dp-sgd {gap_sgd:.4f}; "
+                       + "; ".join(parts) + " (× = ratio to dp-sgd's gap).")
+        lam = [a["lambda_min"][0] for k, a in agg.items() if k[:2] == (dset, loss) and k[4] == eps and a["seeds"]]
+        if lam:
+            out.append(f"- {dset}, {loss}, ε = {eps:g}: the smallest mean λ_min of any method is {min(lam):.2e} "
+                       f"(no returned point has negative curvature: nothing here separates second-order from first-order methods).")
+    return out
+
+
 def render(raw: dict[tuple, dict], meta: dict) -> str:
     agg = summarize(raw)
-    out = ["# SPIDER-family experiment: IJCNN1 and a9a (issue 3, part 7)", "",
-           f"Regenerate with `{COMMAND}` (runs what is missing, then rewrites this page; "
+    out = ["# SPIDER-family experiment: IJCNN1 and a9a (issues 3 and 11)", "",
+           f"Regenerate with `{COMMAND}{meta.get('args', '')}` (runs what is missing, then rewrites this page; "
            f"`--render` only rewrites it).  Generated {time.strftime('%Y-%m-%d %H:%M')} "
-           f"by `benchmarks/experiments_sosp.py`.", "",
+           f"by `benchmarks/experiments_sosp.py`; every sentence below is computed from the tables.", "",
            "Setup: training split `../shared/data/*.trn.bz2`, test split `*.tst.bz2`; every record scaled "
            "into the unit ball on its own; delta = 1/n; every algorithm with its default parameters "
            "(`dpreg info NAME`), run through `dpreg.pipeline.run_pipeline`; mean ± sd over "
-           f"{meta.get('seeds', SEEDS)} seeds.  ‖∇F̂‖ and λ_min are of the *training* objective at the "
-           "returned point (evaluation only); accuracy is on the test split; records = records touched "
-           "(single-pass methods: distinct records; dp-sgd: record-uses over all steps; dp-gd: n); "
-           "time = the algorithm's run (no data loading, compilation or evaluation), "
-           f"measured with {meta.get('threads', 1)} numba thread(s) per run and {meta.get('jobs', 2)} runs in "
+           f"{meta.get('seeds', SEEDS)} seeds.  ‖∇F̂‖ and λ_min are of the *training* (empirical) objective at "
+           "the returned point (evaluation only); accuracy is on the test split, in %.  Two kinds of method "
+           "are in separate tables and should not be ranked against each other on ‖∇F̂‖: **ERM, many "
+           "passes** (dp-sgd, dp-gd, dp-spider: practical step sizes, the empirical loss is their objective; "
+           "the records column counts *record-uses* summed over all steps) and **single pass, population** "
+           "(adaptive-spider, perturbed-sgd: each record used at most once, theory-derived constants, the "
+           "population loss is their objective; the records column counts *distinct records*).  "
+           "`adaptive-spider[noise_aware=false]` puts the literal ε in α, b, b_t and κ, so its gaussian and "
+           "tree rows share α, κ and batch sizes: the only controlled tree-vs-gaussian comparison here.  "
+           "time = the algorithm's run in seconds (no data loading, compilation or evaluation), "
+           f"{meta.get('threads', 1)} numba thread(s) per run, {meta.get('jobs', 2)} runs in "
            "parallel on 2 CPU cores shared with other work: compare times within a table, not as absolutes.", ""]
+    if meta.get("reduced"):
+        out += [f"**Reduced grid**: {meta['reduced']}", ""]
     if meta.get("missing"):
         out += [f"Not registered when this page was generated (skipped): {', '.join(meta['missing'])}.", ""]
     errors = [(k, a["errors"]) for k, a in agg.items() if a["errors"]]
@@ -238,10 +324,11 @@ def render(raw: dict[tuple, dict], meta: dict) -> str:
     out += ["## Does tree noise beat Gaussian noise at equal ε?", "",
             "Cells = (data set, loss, ε) combinations; \"tree wins ‖∇F̂‖\" counts cells where the mean "
             "gradient norm with `--noise tree` is smaller; the ratio is tree/gaussian mean ‖∇F̂‖ "
-            "(median over cells); accuracy ties are differences < 0.05 points.", "",
+            "(median over cells); accuracy ties are differences < 0.05 points.  Only the "
+            "`[noise_aware=false]` row holds α, κ and the batches equal; in the others z also moves them.", "",
             "| method | cells | tree wins ‖∇F̂‖ | median ‖∇F̂‖ ratio tree/gauss | tree wins acc | acc ties |",
             "|---|---|---|---|---|---|"] + (tv or ["| (no SPIDER runs yet) | | | | | |"])
-    out += ["", "<!-- FINDINGS -->", ""]
+    out += ["", "## Findings (computed from the tables)", ""] + (findings(agg) or ["- (no runs)"]) + [""]
     for dset in DATASETS:
         for loss in LOSSES:
             keys = [k for k in agg if k[0] == dset and k[1] == loss]
@@ -249,31 +336,39 @@ def render(raw: dict[tuple, dict], meta: dict) -> str:
                 continue
             any_row = next(r for r in raw.values() if r["data"] == dset and "n" in r) if any(
                 r["data"] == dset and "n" in r for r in raw.values()) else {}
-            out += [f"## {dset}, {loss}" + (f" (n = {any_row['n']}, d = {any_row['d']})" if any_row else ""), "",
-                    "| method | ε | ‖∇F̂‖ | λ_min | test acc (%) | records | time (s) |",
-                    "|---|---|---|---|---|---|---|"]
+            out += [f"## {dset}, {loss}" + (f" (n = {any_row['n']}, d = {any_row['d']})" if any_row else ""), ""]
             z = reference_at_zero(dset, loss)
-            if z:
-                out.append(f"| *start w = 0 (acc: majority class)* | | {z['grad_norm']:.4f} | "
-                           f"{z['lambda_min']:.2e} | {100 * z['majority']:.2f} | | |")
-            for algo, noise in METHODS:
-                for eps in EPSILONS:
-                    k = (dset, loss, algo, noise or "-", eps)
-                    if k not in agg:
+            for title, erm, unit in (("ERM, many passes", True, "record-uses"),
+                                     ("single pass, population", False, "distinct records")):
+                rows = []
+                for algo, noise in METHODS:
+                    if (algo.partition("[")[0] in ERM) != erm:
                         continue
-                    a = agg[k]
-                    if a["seeds"] == 0:
-                        out.append(f"| {_label(algo, noise)} | {eps:g} | error: {a['errors'][0]} | | | | |")
-                        continue
-                    g, gs = a["grad_norm"]
-                    lm, _ = a["lambda_min"]
-                    acc, accs = a["test_accuracy"]
-                    rec, _ = a["records_used"]
-                    rs, _ = a["run_s"]
-                    out.append(f"| {_label(algo, noise)} | {eps:g} | {_fmt(g, '.4f')} ± {_fmt(gs, '.4f')} | "
-                               f"{_fmt(lm, '.2e')} | {_fmt(100 * acc, '.2f')} ± {_fmt(100 * accs, '.2f')} | "
-                               f"{_fmt(rec, ',.0f')} | {_fmt(rs, '.2f')} |")
-            out.append("")
+                    for eps in EPSILONS:
+                        k = (dset, loss, algo, noise or "-", eps)
+                        if k not in agg:
+                            continue
+                        a = agg[k]
+                        if a["seeds"] == 0:
+                            rows.append(f"| {_label(algo, noise)} | {eps:g} | error: {a['errors'][0]} | | | | |")
+                            continue
+                        g, gs = a["grad_norm"]
+                        lm, _ = a["lambda_min"]
+                        acc, accs = a["test_accuracy"]
+                        rec, _ = a["records_used"]
+                        rs, _ = a["run_s"]
+                        rows.append(f"| {_label(algo, noise)} | {eps:g} | {_fmt(g, '.4f')} ± {_fmt(gs, '.4f')} | "
+                                    f"{_fmt(lm, '.2e')} | {_fmt(100 * acc, '.2f')} ± {_fmt(100 * accs, '.2f')} | "
+                                    f"{_fmt(rec, ',.0f')} | {_fmt(rs, '.2f')} |")
+                if not rows:
+                    continue
+                out += [f"### {title}", "",
+                        f"| method | ε | ‖∇F̂‖ | λ_min | test acc (%) | {unit} | time (s) |",
+                        "|---|---|---|---|---|---|---|"]
+                if z:
+                    out.append(f"| *start w = 0 (acc: majority class)* | | {z['grad_norm']:.4f} | "
+                               f"{z['lambda_min']:.2e} | {100 * z['majority']:.2f} | | |")
+                out += rows + [""]
     if errors:
         out += ["## Refused or failed runs", ""] + [f"- {k}: {e[0]}" for k, e in errors[:40]] + [""]
     out += [f"Total runs: {len(raw)}; total algorithm time {sum(r.get('run_s', 0) for r in raw.values()):.0f} s, "
@@ -283,17 +378,7 @@ def render(raw: dict[tuple, dict], meta: dict) -> str:
 
 
 def write_doc(text: str, path: Path) -> None:
-    """Write the page, keeping a hand-written findings section (between
-    ``<!-- FINDINGS -->`` markers) from the previous version."""
-    if path.exists():
-        old = path.read_text()
-        parts = old.split("<!-- FINDINGS -->")
-        if len(parts) == 3:
-            text = text.replace("<!-- FINDINGS -->", "<!-- FINDINGS -->" + parts[1] + "<!-- FINDINGS -->", 1)
-        else:
-            text = text.replace("<!-- FINDINGS -->", "<!-- FINDINGS -->\n<!-- FINDINGS -->", 1)
-    else:
-        text = text.replace("<!-- FINDINGS -->", "<!-- FINDINGS -->\n<!-- FINDINGS -->", 1)
+    """Write the page (wholly generated: no hand-written part is kept)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
 
@@ -311,6 +396,7 @@ def main(argv=None) -> int:
     ap.add_argument("--render", action="store_true", help="only rebuild the page from the raw results")
     ap.add_argument("--fresh", action="store_true", help="ignore (and overwrite) earlier raw results")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes [2]")
+    ap.add_argument("--reduced", default="", help="sentence saying how the grid was reduced (printed on the page)")
     ap.add_argument("--threads", type=int, default=1,
                     help="numba threads per worker [1]: small kernels on shared cores run faster serially")
     args = ap.parse_args(argv)
@@ -324,9 +410,11 @@ def main(argv=None) -> int:
     reg = get_registry()
     have_algos, have_noise = set(reg.names("algorithm")), set(reg.names("noise"))
     wanted_algos = set(args.algos.split(",")) if args.algos else None
-    methods = [(a, nz) for a, nz in METHODS if wanted_algos is None or a in wanted_algos]
-    missing = sorted({_label(a, nz) for a, nz in methods if a not in have_algos or (nz and nz not in have_noise)})
-    methods = [(a, nz) for a, nz in methods if a in have_algos and (nz is None or nz in have_noise)]
+    base = lambda a: a.partition("[")[0]  # noqa: E731  (a variant "algo[k=v]" runs algo)
+    methods = [(a, nz) for a, nz in METHODS if wanted_algos is None or a in wanted_algos or base(a) in wanted_algos]
+    missing = sorted({_label(a, nz) for a, nz in methods
+                      if base(a) not in have_algos or (nz and nz not in have_noise)})
+    methods = [(a, nz) for a, nz in methods if base(a) in have_algos and (nz is None or nz in have_noise)]
     eps_list = [float(e) for e in args.eps.split(",")]
     seeds = range(args.seeds)
     if not args.render:
@@ -354,8 +442,11 @@ def main(argv=None) -> int:
     sel = {k: r for k, r in raw.items()
            if k[0] in args.data.split(",") and k[1] in args.losses.split(",") and k[4] in eps_list
            and k[5] < args.seeds and any(k[2] == a and k[3] == (nz or "-") for a, nz in methods)}
-    write_doc(render(sel, {"seeds": args.seeds, "missing": missing, "jobs": args.jobs,
-                           "threads": args.threads}), Path(args.out))
+    import shlex
+
+    cli = shlex.join(argv if argv is not None else sys.argv[1:])
+    write_doc(render(sel, {"seeds": args.seeds, "missing": missing, "jobs": args.jobs, "reduced": args.reduced,
+                           "threads": args.threads, "args": (" " + cli) if cli else ""}), Path(args.out))
     print(f"wrote {args.out} ({len(sel)} runs)")
     return 0
 

@@ -3,16 +3,23 @@
 A :class:`Trajectory` keeps a bounded number of evenly spaced checkpoints of
 the iterate (for evaluation after the run, never during it) and per-step
 private quantities the algorithm released anyway (noisy gradient norms, batch
-sizes).  Memory is O(checkpoints x d).
+sizes).  Memory is O(checkpoints x d); with ``keep_every_iterate`` it keeps
+every iterate, O(T x d) (the candidate set of the SOSP finders, which
+``--select`` then chooses from).
 """
 from __future__ import annotations
 
 import numpy as np
 
 
+#: keep every iterate (the candidates of ``--select``) when steps x d is at most this many floats
+KEEP_ALL_FLOATS = 10_000_000
+
+
 class Trajectory:
-    def __init__(self, total_steps: int, checkpoints: int = 20):
-        self.every = max(1, int(np.ceil(max(total_steps, 1) / max(checkpoints, 1))))
+    def __init__(self, total_steps: int, checkpoints: int = 20, *, keep_every_iterate: bool = False):
+        self.every = 1 if keep_every_iterate else max(1, int(np.ceil(max(total_steps, 1) / max(checkpoints, 1))))
+        self.keeps_every_iterate = bool(keep_every_iterate or self.every == 1)
         self.steps: list[int] = []
         self.iterates: list[np.ndarray] = []
         self.series: dict[str, list] = {}
@@ -41,27 +48,50 @@ class Trajectory:
 
 
 class OutputChoice:
-    """The iterate an algorithm returns among w_1..w_T: ``"last"``, ``"average"``
-    (running mean) or ``"random"`` (w_t with t uniform in 1..T, drawn up front
-    from ``rng`` - the output rule of DP-SGD Alg 3 and DP-SPIDER Alg 1).
-    Post-processing of released iterates: no privacy cost.  O(d) memory."""
+    """The iterate an algorithm returns among w_1..w_T.
 
-    MODES = ("last", "average", "random")
+    ``"last"``; ``"average"`` (running mean); ``"random"`` (w_t with t uniform
+    in 1..T - the output rule of DP-SGD Alg 3 and DP-SPIDER Alg 1: drawn up
+    front from ``rng`` when T is known, by reservoir sampling (replace the kept
+    iterate by w_t with probability 1/t) when ``T`` is None, i.e. the run
+    length is only known at its end); ``"set"`` (the SOSP finders' output, the
+    set {w_t}: the algorithm keeps every iterate in its Trajectory as the
+    candidates of ``--select``; the single model released without a selector
+    is the last).  ``rng`` must be a secret mechanism stream
+    (Algorithm.rng).  Post-processing of released iterates: no privacy cost.
+    O(d) memory."""
 
-    def __init__(self, mode: str, T: int, rng: np.random.Generator, w0: np.ndarray):
+    MODES = ("last", "average", "random", "set")
+
+    def __init__(self, mode: str, T: int | None, rng: np.random.Generator, w0: np.ndarray):
         if mode not in self.MODES:
             raise ValueError(f"output must be one of {', '.join(self.MODES)}, got {mode!r}")
         self.mode = mode
-        self._pick = int(rng.integers(1, T + 1))
+        self._rng = rng
+        self._pick = int(rng.integers(1, T + 1)) if T is not None else None
         self._avg = np.zeros_like(w0, dtype=float)
         self._chosen = np.array(w0, dtype=float)
+        self._chosen_t = 0
 
     def see(self, t: int, w: np.ndarray) -> None:
         """Record iterate w_t (t = 1, 2, ...)."""
-        if self.mode == "average":  # the only mode that reads the running mean (a per-step cost)
+        if self.mode == "average":
             self._avg += (w - self._avg) / t
-        elif t == self._pick:
-            self._chosen = np.array(w, dtype=float)
+        elif self.mode == "random":
+            take = (t == self._pick) if self._pick is not None else (self._rng.random() * t < 1.0)
+            if take:
+                self._chosen = np.array(w, dtype=float)
+                self._chosen_t = int(t)
 
-    def result(self, w_last: np.ndarray) -> np.ndarray:
-        return {"last": w_last, "average": self._avg, "random": self._chosen}[self.mode]
+    def chosen_step(self, t_last: int) -> int | None:
+        """Index t of the returned iterate (None for the average)."""
+        if self.mode == "average":
+            return None
+        return self._chosen_t if self.mode == "random" else int(t_last)
+
+    def result(self, w_last: np.ndarray, t_last: int | None = None) -> np.ndarray:
+        if self.mode == "average":
+            return self._avg if t_last != 0 else np.array(w_last, dtype=float)
+        if self.mode == "random":
+            return self._chosen
+        return w_last

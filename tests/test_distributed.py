@@ -284,7 +284,7 @@ def test_selection_after_a_run_accepts_a_stationary_point_and_rejects_others(reg
     from dpreg.problem import Problem
 
     algo, acc = _algo(registry, "distributed-spider", pb, eps=50.0, clients=2, select="distributed-selection",
-                      selection_fraction=0.5, max_steps=3)
+                      selection_fraction=0.5, max_steps=3, batch1=200, batch2=100)
     out = algo.run()
     info = out.info["selection"]
     assert acc.epsilon_spent <= 50.0 * (1 + 1e-9)

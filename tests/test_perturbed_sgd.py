@@ -224,7 +224,7 @@ def test_drift_threshold_decides_o1_or_o2(registry, algo_cls, logistic_problem):
     small, _ = _algo(algo_cls, logistic_problem, gauss, kappa=1e-12, batch1=500, batch2=50, max_steps=30)
     o = small.run()
     assert o.info["o2_queries"] == 0 and o.info["o1_queries"] == o.iterations - o.info["reused_queries"]
-    big, _ = _algo(algo_cls, logistic_problem, gauss, kappa=1e9, batch1=500, batch2=50)
+    big, _ = _algo(algo_cls, logistic_problem, gauss, kappa=1e9, batch1=500, batch2=50, max_phase=10 ** 6)
     o = big.run()
     assert o.info["o1_queries"] == 1 and o.info["stop_reason"] in ("records exhausted",
                                                                      "no escape from x~ in Q attempts")

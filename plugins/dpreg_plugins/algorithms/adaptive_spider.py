@@ -19,6 +19,10 @@ records; dpreg.access.SinglePass).  At step t:
   frozen_t = Gamma, drift_t = 0 (Alg 2 lines 9-11);
 * x_{t+1} = x_t - eta grad~_t; drift += |grad~_t|.
 
+A phase also ends (forced O1) when it reaches ``max_phase`` = H adds, a public,
+data-independent cap: the mechanism's horizon is H, so ``tree`` is calibrated
+for bit_length(H) levels instead of bit_length(n) (issue 10, finding 8).
+
 It stops after T steps or when the unused records are no more than b (or too
 few for the next b_t).  Privacy: every record is in exactly one increment
 (one disjoint group); z is calibrated so the worst-case record's exposure
@@ -26,6 +30,11 @@ few for the next b_t).  Privacy: every record is in exactly one increment
 adds, dry-run through the class) spends the budget - one Gaussian for
 ``gaussian``, floor(log2 horizon)+1 for ``tree``.  Sensitivities are enforced
 by clipping in the kernels (replace-one: 2C/b and 2s/b_t).
+
+Output (``output``): ``set`` (the paper's: Alg 2 returns every iterate; the
+trajectory keeps all of them, so ``--select above-threshold`` picks among
+every iterate; without a selector the last iterate is released), ``last``,
+``random`` (a uniformly drawn iterate, secret draw), ``average``.
 """
 from __future__ import annotations
 
@@ -39,7 +48,7 @@ from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.problem import project
-from dpreg.trajectory import Trajectory
+from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
 from .spider_core import SpiderEstimator, calibrate_noise
 
@@ -81,7 +90,21 @@ class AdaptiveSpider(Algorithm):
         ParamSpec("B", "float", None, "bound on F(x_0) - inf F (Assumption 3.1), x_0 = 0",
                   "default: max_y phi(0,y) + psi(0) for binary losses (>= 0), else 1", low=0, low_open=True),
         ParamSpec("kappa", "float", None, "drift threshold: O1 when sum of |grad~| since the last O1 >= kappa",
-                  "Thm 3.11: kappa = max{alpha sqrt(d)/eps, (BGM)^(1/3)}", low=0, low_open=True),
+                  "Thm 3.11: kappa = max{alpha sqrt(d)/eps, (BGM)^(1/3)} with the literal eps (see kappa_eps)",
+                  low=0, low_open=True),
+        ParamSpec("kappa_eps", "str", "literal", "which eps enters kappa's formula",
+                  "'literal' (default): the budget eps, as Thm 3.11 writes it; 'noise-aware': eps_eff = "
+                  "1/(factor z) like alpha and the batches, which makes kappa 20-48 so that only the phase "
+                  "cap ends a phase. Measured (docs/experiment-fidelity.md, a9a, eps=1, tree, H=16): literal "
+                  "7 O1 refreshes/run, train ||grad|| 0.0156 (5 seeds); noise-aware 5, 0.0176 (3 seeds)",
+                  choices=("literal", "noise-aware")),
+        ParamSpec("max_phase", "int", 16, "H: adds per phase before a forced O1 refresh (public cap)",
+                  "not in Alg 2 (phases end by drift); the noise horizon: tree charges bit_length(H) levels "
+                  "(5 for H=16) instead of bit_length(n); data-independent default 16 (a9a train: final ||grad|| 0.013 vs 0.017 for H=32)", low=1),
+        ParamSpec("output", "str", "set", "which iterate(s) the run returns",
+                  "Alg 2 returns the set {x_t} ('set': every iterate kept as a candidate for --select, "
+                  "the last one released without a selector); 'last', 'random' (uniform iterate), 'average'",
+                  choices=OutputChoice.MODES),
         ParamSpec("batch", "int", None, "O1 batch size b",
                   "Thm 3.11: b = G (sqrt(d)/(eps alpha) + 1/alpha^2), times batch_scale", low=1),
         ParamSpec("batch_scale", "float", 1.0, "practical constant multiplying the default b",
@@ -103,7 +126,12 @@ class AdaptiveSpider(Algorithm):
                   "use eps_eff = 1/(factor z) for eps in the formulas of alpha, b, b_t and kappa",
                   "Lemma 3.8 sets noise multiplier ~ log(1/delta)/eps (logs dropped in Thm 3.11); "
                   "true: the calibrated z (factor 2 for replace-one) replaces 1/eps, so the node noise "
-                  "is ~ alpha/sqrt(d) as Lemma 3.8 intends; false: the literal eps"),
+                  "is ~ alpha/sqrt(d) as Lemma 3.8 intends; false: the literal eps. kappa follows kappa_eps, "
+                  "not this switch (the noise-aware kappa made every run one phase)"),
+        ParamSpec("preset", "str", "practical", "practical constants or the literal formulas of Thm 3.11",
+                  "'theory': eps in every formula is the literal budget eps (noise_aware off); 'practical': "
+                  "noise_aware as set (default on); both keep the public phase cap max_phase",
+                  choices=("practical", "theory")),
         ParamSpec("clip", "float", None, "O1 per-record gradient clip C", "C = G (declared Lipschitz constant)",
                   low=0, low_open=True),
         ParamSpec("step", "float", None, "step size eta", "eta = 1/M (Lemma 3.2)", low=0, low_open=True),
@@ -118,12 +146,14 @@ class AdaptiveSpider(Algorithm):
         pb, p = self.problem, self.p
         n, d = pb.n, pb.d
         eps = self.accountant.epsilon_budget
-        if p["noise_aware"] and z is not None:
+        if p["noise_aware"] and p["preset"] != "theory" and z is not None:
             eps = 1.0 / (self.accountant.sensitivity_factor * z)
         G, M, rho = pb.constants()
         B = p["B"] if p["B"] is not None else default_B(pb.loss)
         alpha = p["alpha"] if p["alpha"] is not None else theorem_alpha(n, d, eps, B, G, M)
-        kappa = p["kappa"] if p["kappa"] is not None else max(alpha * math.sqrt(d) / eps, (B * G * M) ** (1 / 3))
+        eps_kappa = self.accountant.epsilon_budget if p["kappa_eps"] == "literal" else eps
+        kappa = p["kappa"] if p["kappa"] is not None else max(alpha * math.sqrt(d) / eps_kappa,
+                                                              (B * G * M) ** (1 / 3))
         b = p["batch"] if p["batch"] is not None else int(math.ceil(
             p["batch_scale"] * G * (math.sqrt(d) / (eps * alpha) + 1.0 / alpha ** 2)))
         T = p["steps"] if p["steps"] is not None else n
@@ -148,13 +178,17 @@ class AdaptiveSpider(Algorithm):
         if self.noise is None:
             raise ParameterError("adaptive-spider needs a noise mechanism (--noise gaussian|tree)")
         T = self.p["steps"] if self.p["steps"] is not None else self.problem.n
-        horizon = max(1, min(T, self.problem.n))  # adds in one phase (each uses >= 1 record)
+        # adds in one phase: each uses >= 1 record, and a phase is cut at max_phase adds
+        horizon = max(1, min(T, self.problem.n, int(self.p["max_phase"])))
         z = calibrate_noise(self.accountant, self.noise, horizon, [(1, [Participation.disjoint(("plan", 0))])])
         r = self.resolve(z)
         n, d, b, T, M = r["n"], r["d"], r["b"], r["T"], r["M"]
         if b >= n:
-            raise ParameterError(f"adaptive-spider: O1 batch b={b} needs more than n={n} records "
-                                 f"(lower --param batch, or raise alpha)")
+            raise ParameterError(
+                f"adaptive-spider: at eps={self.accountant.epsilon_budget:g} the O1 batch of Thm 3.11 is b={b} "
+                f"records but the data has only n={n}; the data set is too small for this budget. Raise "
+                f"--epsilon, use more data, or give a larger accuracy target (--param alpha={2 * r['alpha']:.3g}) "
+                f"or a smaller batch (--param batch={max(1, n // 8)}: noisier O1, about 8 refreshes)")
         est = SpiderEstimator(pb, self.noise, noise_multiplier=z, horizon=horizon, accountant=self.accountant,
                               seed=self.seed_sequence("adaptive-spider noise"),
                               clip=r["clip"], smoothness=M)
@@ -167,16 +201,23 @@ class AdaptiveSpider(Algorithm):
         frozen = 1                  # frozen_{-1} = 1
         prev_norm = math.inf        # |grad~_{-1}|: no perturbation at t = 0
         expected = min(T, max(20, 4 * n // b))  # for checkpoint spacing and progress only
-        traj = Trajectory(expected)
+        keep_all = self.p["output"] == "set" or expected * d <= KEEP_ALL_FLOATS  # --select sees every iterate
+        traj = Trajectory(expected, keep_every_iterate=keep_all)
         traj.log(0, w)
+        output = OutputChoice(self.p["output"], None, self.rng("adaptive-spider output"), w)  # T unknown: reservoir
         batches, perturb_steps, clipped = [], [], 0
+        phase_lengths, forced = [], 0
         stop = "steps"
         t = 0
         while t < T:
             if access.remaining <= b:
                 stop = "data (unused records <= b)"
                 break
-            if drift >= r["kappa"]:
+            cap_hit = est.phase_steps >= horizon
+            if drift >= r["kappa"] or cap_hit:
+                forced += int(cap_hit and drift < r["kappa"])
+                if est.phases:
+                    phase_lengths.append(est.phase_steps)
                 idx, part = access.take(b)
                 rel = est.refresh(w, idx, part)
                 drift = 0.0
@@ -205,15 +246,23 @@ class AdaptiveSpider(Algorithm):
             drift += gn
             prev_norm = gn
             t += 1
+            output.see(t, w)
             traj.log(t, w, noisy_grad_norm=gn, batch=rel.batch, drift=drift)
             self.progress(t, max(t, expected))
         traj.finish(t, w)
+        if est.phases:
+            phase_lengths.append(est.phase_steps)
+        w_out = output.result(w, t)
         bt = np.asarray(batches, dtype=float)
         info = {
             "noise": self.noise.name, "noise_multiplier": z, "horizon": horizon,
             "tree_levels": int(horizon).bit_length() if self.noise.name == "tree" else None,
             "stop_reason": stop, "steps": t, "phases": est.phases, "o2_calls": est.o2_calls,
             "max_phase_steps": est.max_phase_steps, "records_used": access.used,
+            "o1_refreshes": est.phases, "o1_forced_by_phase_cap": forced, "phase_lengths": phase_lengths[:200],
+            "max_phase": horizon, "output": self.p["output"],
+            "select_candidates": "every iterate" if traj.keeps_every_iterate else
+            f"{len(traj.steps)} evenly spaced checkpoints", "output_step": output.chosen_step(t),
             "batch_o1": b, "batch_o2_mean": float(bt.mean()) if bt.size else None,
             "batch_o2_min": int(bt.min()) if bt.size else None, "batch_o2_max": int(bt.max()) if bt.size else None,
             "perturbations": len(perturb_steps), "perturbation_steps": perturb_steps[:100],
@@ -223,7 +272,7 @@ class AdaptiveSpider(Algorithm):
                                  "G", "M", "rho")},
             "trajectory": traj,
         }
-        return RunOutput(w, t, access.used, est.gradient_evaluations, traj.series, info)
+        return RunOutput(w_out, t, access.used, est.gradient_evaluations, traj.series, info)
 
 
 @hookimpl

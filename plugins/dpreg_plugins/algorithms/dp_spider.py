@@ -7,12 +7,19 @@ expected size b1, per-record gradients clipped to C); in between it adds O2
 min(M |w_t - w_{t-1}|, 2C)), and the running sum is released through the
 chosen noise plugin (``--noise gaussian|tree``), reset at each O1 call.
 
-Mapping of the paper's noise onto one noise multiplier z (std = z times the
-enforced sensitivity, add-remove neighbouring):
-  sigma_1 = z C / b1;   min(sigma_2 |w_t - w_{t-1}|, sigma_hat_2) = z min(M |w_t - w_{t-1}|, 2C) / b2,
-i.e. sigma_2 = z M / b2 and sigma_hat_2 = 2 z C / b2 (the Lipschitz cap on a
-gradient difference).  With the gaussian plugin this is exactly Alg 1; with
-``tree`` the same prefix sums are released by binary-tree aggregation.
+Mapping of the paper's noise onto two noise multipliers (std = multiplier
+times the enforced sensitivity, add-remove neighbouring), as Alg 1 calibrates
+sigma_1 and sigma_2 separately:
+  sigma_1 = z1 C / b1;   min(sigma_2 |w_t - w_{t-1}|, sigma_hat_2) = z2 min(M |w_t - w_{t-1}|, 2C) / b2,
+i.e. sigma_2 = z2 M / b2 and sigma_hat_2 = 2 z2 C / b2 (the Lipschitz cap on a
+gradient difference).  O1 is released by its own mechanism instance (z1), the
+O2 running sum by another (z2); the estimate is their sum.  z1 and z2 are
+calibrated jointly: z1 = c sqrt(k1/s), z2 = c sqrt(k2/(1-s)) with k1, k2 the
+O1 and O2 adds of the plan and s = ``o1_share`` (the share of the Gaussian
+privacy loss, k/z^2, spent on O1), c the smallest that fits the budget
+(``o1_share=0`` falls back to one multiplier for both).  With the gaussian
+plugin this is exactly Alg 1; with ``tree`` the O2 prefix sums are released by
+binary-tree aggregation.
 
 Sampling (sound choice, documented): batches are Poisson subsamples with
 rates b1/n and b2/n (sums divided by the public expected sizes), under the
@@ -33,15 +40,16 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
+from dpreg.accounting import composed
 from dpreg.access import Resample
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.problem import project
-from dpreg.trajectory import OutputChoice, Trajectory
+from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
 from .dp_gd import COMMON, resolve_common
-from .spider_core import SpiderEstimator, calibrate_noise
+from .spider_core import SpiderEstimator, calibrate_noise, planned_event
 
 
 def spider_plan(T: int, q: int, p1: Participation, p2: Participation):
@@ -54,6 +62,20 @@ def spider_plan(T: int, q: int, p1: Participation, p2: Participation):
     if rest:
         plan.append((1, [p1] + [p2] * (rest - 1)))
     return plan
+
+
+def separate_multipliers(accountant, noise_cls, plan, a1: float, a2: float) -> float:
+    """Smallest c for which the plan with O1 released at multiplier c a1 (its own
+    mechanism, one add per phase) and O2 at c a2 (the running-sum mechanism,
+    ``len(parts) - 1`` adds per phase) fits the accountant's remaining budget."""
+    o1_plan = [(rep, parts[:1]) for rep, parts in plan]
+    o2_plan = [(rep, parts[1:]) for rep, parts in plan if len(parts) > 1]
+    h2 = max(len(parts) for _, parts in o2_plan)
+
+    def event(c):
+        return composed([planned_event(noise_cls, c * a1, 1, o1_plan, relation=accountant.relation),
+                         planned_event(noise_cls, c * a2, h2, o2_plan, relation=accountant.relation)])
+    return accountant.calibrate(event)
 
 
 class DPSpider(Algorithm):
@@ -74,12 +96,19 @@ class DPSpider(Algorithm):
         ParamSpec("batch1", "int", None, "expected O1 batch size b1 (Poisson rate b1/n; >= n: full batch)",
                   "sigma_1 = z C / b1; default b1 = n (full-batch O1, the ERM setting)", low=1),
         ParamSpec("batch2", "int", None, "expected O2 batch size b2 (Poisson rate b2/n; >= n: full batch)",
-                  "sigma_2 = z M / b2, sigma_hat_2 = 2 z C / b2; default b2 = n", low=1),
+                  "sigma_2 = z2 M / b2, sigma_hat_2 = 2 z2 C / b2; default b2 = ceil(n/10): subsampled O2 as in "
+                  "the paper's code (section 9: 0.574 -> 0.378 on the warm-start experiment)", low=1),
+        ParamSpec("o1_share", "float", 0.5, "share s of the Gaussian privacy loss spent on O1 (0: one multiplier)",
+                  "Alg 1 sets sigma_1 and sigma_2 separately; z1 = c sqrt(k1/s), z2 = c sqrt(k2/(1-s)), "
+                  "c calibrated to the budget; default 1/2 (values >= 0.99 are refused)", low=0, high=0.99),
         ParamSpec("lipschitz_cap", "bool", True,
                   "cap O2's per-record clip at 2C (the sigma_hat_2 of Alg 1)",
                   "noise min(sigma_2 |w_t - w_{t-1}|, sigma_hat_2): clip min(M |dw|, 2C)"),
         ParamSpec("output", "str", "last", "which iterate to return",
-                  "Alg 1 returns w_hat ~ Unif(w_1..w_T) ('random')", choices=("last", "average", "random")),
+                  "Alg 1 returns w_hat ~ Unif(w_1..w_T) ('random', the guarantee's output); default 'last' "
+                  "(not the paper's: a uniform iterate of a 100-step run is one of the first 50 half the time; "
+                  "the pages measure 'last')",
+                  choices=("last", "average", "random")),
     )
 
     def run(self) -> RunOutput:
@@ -89,7 +118,7 @@ class DPSpider(Algorithm):
         _, M, _ = pb.constants()
         T, q = int(self.p["steps"]), int(self.p["phase"])
         b1 = int(self.p["batch1"] or n)
-        b2 = int(self.p["batch2"] or n)
+        b2 = int(self.p["batch2"] or math.ceil(n / 10))
         if self.noise is None:
             raise ParameterError("dp-spider needs a noise mechanism (--noise gaussian|tree)")
 
@@ -103,15 +132,27 @@ class DPSpider(Algorithm):
         draw1, p1, den1, q1 = sampler(b1)
         draw2, p2, den2, q2 = sampler(b2)
         horizon = min(q, T)
-        z = calibrate_noise(self.accountant, self.noise, horizon, spider_plan(T, q, p1, p2))
+        plan = spider_plan(T, q, p1, p2)
+        share = float(self.p["o1_share"])
+        k1 = sum(rep for rep, _ in plan)
+        k2 = sum(rep * (len(parts) - 1) for rep, parts in plan)
+        z1 = None
+        if share > 0 and k2 > 0:
+            a1, a2 = math.sqrt(k1 / share), math.sqrt(k2 / (1 - share))
+            z2 = separate_multipliers(self.accountant, self.noise, plan, a1, a2) * a2
+            z, z1 = z2, z2 * a1 / a2
+        else:
+            z = calibrate_noise(self.accountant, self.noise, horizon, plan)
         est = SpiderEstimator(pb, self.noise, noise_multiplier=z, horizon=horizon,
                               accountant=self.accountant, seed=self.seed_sequence("dp-spider noise"),
                               clip=clip, smoothness=M,
-                              diff_cap=2.0 * clip if self.p["lipschitz_cap"] else None)
+                              diff_cap=2.0 * clip if self.p["lipschitz_cap"] else None,
+                              o1_noise_multiplier=z1,
+                              o1_seed=self.seed_sequence("dp-spider O1 noise") if z1 is not None else None)
         w = self.initial_point()
         w_prev = w
         output = OutputChoice(self.p["output"], T, self.rng("dp-spider output"), w)
-        traj = Trajectory(T)
+        traj = Trajectory(T, keep_every_iterate=T * pb.d <= KEEP_ALL_FLOATS)  # --select sees every iterate
         traj.log(0, w)
         clipped = 0
         for t in range(T):
@@ -132,13 +173,16 @@ class DPSpider(Algorithm):
         traj.finish(T, w)
         out = output.result(w)
         info = {
-            "noise": self.noise.name, "noise_multiplier": z, "phase_length": q, "phases": est.phases,
+            "noise": self.noise.name, "noise_multiplier": z, "o1_noise_multiplier": z1 if z1 is not None else z,
+            "o1_share": share if z1 is not None else None, "phase_length": q, "phases": est.phases,
             "o2_calls": est.o2_calls, "batch1": b1, "batch2": b2, "sampling_rate1": q1, "sampling_rate2": q2,
-            "sigma1": z * self.accountant.sensitivity_factor * clip / den1,
+            "sigma1": (z1 if z1 is not None else z) * self.accountant.sensitivity_factor * clip / den1,
             "sigma2_per_unit_step": z * self.accountant.sensitivity_factor * M / den2,
             "sigma2_hat": (z * self.accountant.sensitivity_factor * 2 * clip / den2
                            if self.p["lipschitz_cap"] else None),
             "clip": clip, "smoothness": M, "step": step, "clipped_terms": clipped,
+            "select_candidates": "every iterate" if traj.keeps_every_iterate else
+            f"{len(traj.steps)} evenly spaced checkpoints",
             "epsilon_spent": self.accountant.epsilon_spent, "trajectory": traj,
         }
         return RunOutput(out, T, access.used, est.gradient_evaluations, traj.series, info)

@@ -32,6 +32,16 @@ reuse a sample, the privacy guarantee follows directly from the Gaussian
 mechanism and the parallel composition").  Every add is charged by the
 mechanism before its release; sensitivities are the oracles' clipping bounds.
 
+Practical constants (``preset=practical``, the default; ``preset=theory`` gives
+Thm 2's literal alpha, kappa, b1, b2).  Lemma 5 needs the oracle error within
+chi = alpha/4 while the test fires at |g| <= 3 chi; the batches are floored so
+that the O1 noise norm f z C sqrt(d)/b1 <= chi/2 and the O2 noise summed over a
+phase, f z M' sqrt(d kappa)/b2, <= chi/2 (f = 2 under replace-one); alpha is
+at least the smallest accuracy for which the b1 floor leaves room for
+``o1_budget`` refreshes in half the data; kappa allows ``drift_steps`` steps of
+length 3 eta chi; mu = 2.  The run records how many escape tests ran, their
+outcomes, and says so when none ran.
+
 Implementation choices (documented where the paper is silent):
 * drift is the squared distance actually moved by the query point since the
   last O1, ``drift += |x_{t-1} - x_{t-2}|^2`` (section 5's definition; equals
@@ -55,7 +65,7 @@ from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, NoiseMechanism, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.problem import project
-from dpreg.trajectory import Trajectory
+from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
 from .spider_core import SpiderEstimator
 
@@ -165,8 +175,10 @@ class PerturbedSGD(Algorithm):
                   "Assumption 2; practical default 1 (losses here are O(1) at w=0)", low=0, low_open=True),
         ParamSpec("s", "float", 1.0, "absolute constant s of eq. (4)", "eq. (4): iota = s mu; practical s = 1",
                   low=0, low_open=True),
-        ParamSpec("mu", "float", 1.0, "logarithmic factor mu of eq. (5)",
-                  "eq. (5): mu = max{..., 1}; practical mu = 1", low=1),
+        ParamSpec("mu", "float", 2.0, "logarithmic factor mu of eq. (5)",
+                  "eq. (5): mu = max{..., 1} (a log factor); practical mu = 2: with mu = 1, T_esc steps at the "
+                  "test threshold cannot cover S (T_esc eta 2 chi / S = iota^2.5/(2s) = 1/2), so every test "
+                  "on a still-sloped point certifies it (a9a eps=1: stop at step 3, accuracy 0.764)", low=1),
         ParamSpec("step", "float", None, "step size eta",
                   "eq. (4): eta = sqrt(rho alpha)/(M^2 iota^2) <= 1/M; practical default eta = 1/M",
                   low=0, low_open=True),
@@ -180,15 +192,25 @@ class PerturbedSGD(Algorithm):
                   "Thm 2: kappa = max{G^1.5 U^.5 rho^.5/(M^2.5 n^.5), "
                   "G^(14/15) d^(2/5) U^(4/5) rho^(8/15)/(M^(34/15)(n eps)^(4/5))}", low=0, low_open=True),
         ParamSpec("batch1", "int", None, "O1 batch size b1",
-                  "Thm 2: b1 = n kappa/(2 U eta); practical floor b1 >= 2 z C sqrt(d)/alpha "
-                  "(O1 noise norm <= alpha/2)", low=1),
+                  "Thm 2: b1 = n kappa/(2 U eta); practical floor (Lemma 5's oracle error <= chi): "
+                  "b1 >= 2 f z C sqrt(d)/chi, i.e. O1 noise norm <= chi/2 (f = 2 under replace-one)", low=1),
         ParamSpec("batch2", "int", None, "O2 batch size b2",
-                  "Thm 2: b2 = n eta chi^2/(2U); practical floor b2 >= 2 z sqrt(d) "
-                  "(O2 noise norm <= the step's gradient norm)", low=1),
-        ParamSpec("max_phase", "int", None, "adds per running sum before a forced O1 refresh (the noise horizon)",
-                  "not in Alg 2 (phases end by drift only); default ceil(kappa/(3 eta chi)^2) + T_esc + 1: "
-                  "the normal steps the drift test allows at |g| > 3 chi plus one escape attempt; "
-                  "bounds the tree depth (floor(log2 max_phase) + 1 levels)", low=1),
+                  "Thm 2: b2 = n eta chi^2/(2U); practical floor b2 >= 2 f z M' sqrt(d kappa)/chi: the O2 noise "
+                  "summed over a phase (drift <= kappa) has norm <= chi/2", low=1),
+        ParamSpec("preset", "str", "practical", "practical constants or the literal formulas of Thm 2",
+                  "'theory': alpha, kappa, b1, b2 exactly as Thm 2 (logs dropped; on a9a at eps=1 the O1 noise "
+                  "exceeds chi and the escape test never runs); 'practical': alpha >= the smallest accuracy whose "
+                  "oracle-error floors fit o1_budget refreshes in half the data, kappa >= drift_steps steps of "
+                  "length 3 eta chi, and the floors of batch1/batch2", choices=("practical", "theory")),
+        ParamSpec("o1_budget", "int", 4, "K1: O1 refreshes the practical alpha leaves room for",
+                  "practical alpha = max{Thm 2 alpha, 16 f z C sqrt(d) K1 / n} (b1 floor <= n/(2 K1)); "
+                  "default 4 (a9a train ||grad||, seed 0, grid with drift_steps; docs/experiment-fidelity.md)", low=1),
+        ParamSpec("drift_steps", "int", 2, "P: normal steps at the test threshold a phase allows",
+                  "practical kappa = max{Thm 2 kappa, P (3 eta chi)^2}; default 2 (a9a train, seed 0: final "
+                  "||grad|| 0.021 gaussian, 0.031 tree; grid K1 in {2,4,8} x P in {1,2,4})", low=1),
+        ParamSpec("max_phase", "int", 16, "H: adds per running sum before a forced O1 refresh (the noise horizon)",
+                  "not in Alg 2 (phases end by drift only); a public, data-independent cap (issue 10, finding 8): "
+                  "tree is calibrated for bit_length(H) levels (5 for H = 16); default 16", low=1),
         ParamSpec("max_steps", "int", None, "cap on oracle queries T",
                   "Alg 2 horizon T = O(U/(eta chi^2)); default: until the records run out", low=1),
         ParamSpec("clip", "float", None, "per-record gradient clipping bound C (O1 sensitivity 2C/b1)",
@@ -198,6 +220,10 @@ class PerturbedSGD(Algorithm):
                   "a smaller M' (enforced by clipping) trades bias for less noise", low=0, low_open=True),
         ParamSpec("radius", "float", None, "project iterates onto the ball of this radius",
                   "the loss's feasible radius if it has one, else no projection", low=0, low_open=True),
+        ParamSpec("output", "str", "paper", "which point the run returns",
+                  "Alg 1 line 21 returns x~ when no escape attempt leaves it ('paper'; a run that ends on data "
+                  "returns its last iterate, uncertified); 'last', 'random' (uniform iterate, secret draw), "
+                  "'average'", choices=("paper", "last", "random", "average")),
         ParamSpec("init", "str", "zero", "initial point x0",
                   "Alg 1 input x0; 'zero' = origin, 'random' = seeded N(0, I/d) scaled to norm 0.01 "
                   "(data-independent)", choices=("zero", "random")),
@@ -214,51 +240,70 @@ class PerturbedSGD(Algorithm):
 
     def resolve(self) -> dict:
         """Every parameter's value (given or derived), plus the calibrated noise
-        multiplier z and the mechanism horizon; nothing is read off the data but n, d."""
+        multiplier z and the mechanism horizon; nothing is read off the data but n, d.
+
+        The practical floors keep the oracle error of Lemma 5 within chi =
+        alpha/4 (O1 noise norm <= chi/2, O2 noise summed over a phase <= chi/2),
+        so a noisy gradient can fall below the test threshold 3 chi."""
         pb, p = self.problem, self.p
         n, d = self.sample_size(), pb.d
-        eps, delta = self.accountant.epsilon_budget, self.accountant.delta
+        eps = self.accountant.epsilon_budget
+        f = float(self.accountant.sensitivity_factor)
+        theorem2_alpha, theorem2_kappa = self.theory()
         G, M, rho = pb.constants()
         U = float(p["U"])
-        theory_alpha, theory_kappa = self.theory()
-        alpha = p["alpha"] if p["alpha"] is not None else theory_alpha(n, d, eps, G, M, rho, U)
+        theory = p["preset"] == "theory"
+        clip = p["clip"] if p["clip"] is not None else G
+        diff_clip = p["diff_clip"] if p["diff_clip"] is not None else M
+        radius = p["radius"] if p["radius"] is not None else pb.loss.radius
+        phase_cap = int(p["max_phase"])
+
+        def calibrate(h):
+            return self.accountant.calibrate(
+                lambda z: self.noise.record_event(z, h, "disjoint", 1))
+
+        # z for the largest horizon the run may have; a shorter real horizon only lowers z,
+        # so the floors computed with this z keep holding after recalibration
+        z = calibrate(max(1, min(phase_cap, p["max_steps"] or phase_cap, n)))
+        alpha_thm = theorem2_alpha(n, d, eps, G, M, rho, U)
+        alpha_floor = 16 * f * z * clip * math.sqrt(d) * int(p["o1_budget"]) / n
+        alpha = p["alpha"] if p["alpha"] is not None else (alpha_thm if theory else max(alpha_thm, alpha_floor))
         chi = alpha / 4.0
         iota = float(p["s"]) * float(p["mu"])
         eta = p["step"] if p["step"] is not None else 1.0 / M
         T_esc = p["escape_steps"] or max(1, math.ceil(float(p["mu"]) / (eta * math.sqrt(rho * alpha))))
         S = p["escape_radius"] if p["escape_radius"] is not None else math.sqrt(alpha / rho) / iota ** 1.5
         Q = p["repeats"] or math.ceil(2.5 * math.log(1 / 0.1))
-        kappa = p["kappa"] if p["kappa"] is not None else theory_kappa(n, d, eps, G, M, rho, U)
-        clip = p["clip"] if p["clip"] is not None else G
-        diff_clip = p["diff_clip"] if p["diff_clip"] is not None else M
-        radius = p["radius"] if p["radius"] is not None else pb.loss.radius
+        kappa_thm = theorem2_kappa(n, d, eps, G, M, rho, U)
+        kappa = p["kappa"] if p["kappa"] is not None else (
+            kappa_thm if theory else max(kappa_thm, int(p["drift_steps"]) * (3 * eta * chi) ** 2))
 
-        phase_cap = p["max_phase"] or math.ceil(kappa / (3 * eta * chi) ** 2) + int(T_esc) + 1
-
-        def horizon_for(b1, b2):
-            h = 1 + max(0, (n - b1) // b2)
-            return max(1, min(h, p["max_steps"] or h, phase_cap))
-
-        def calibrate(h):
-            return self.accountant.calibrate(
-                lambda z: self.noise.record_event(z, h, "disjoint", 1))
-
-        b1_paper = max(1, math.ceil(n * kappa / (2 * U * eta)))
+        # Thm 2 ties b1 to kappa; the practical kappa (larger, to allow drift_steps steps) keeps the theorem's b1
+        b1_paper = max(1, math.ceil(n * (kappa if theory or p["kappa"] is not None else kappa_thm) / (2 * U * eta)))
         b2_paper = max(1, math.ceil(n * eta * chi ** 2 / (2 * U)))
-        # provisional horizon (smallest batches) -> z; then the practical floors use z
-        z = calibrate(horizon_for(p["batch1"] or b1_paper, p["batch2"] or b2_paper))
-        b1 = p["batch1"] or max(b1_paper, math.ceil(2 * z * clip * math.sqrt(d) / alpha))
-        b2 = p["batch2"] or max(b2_paper, math.ceil(2 * z * math.sqrt(d)))
+        b1_floor = math.ceil(2 * f * z * clip * math.sqrt(d) / chi)
+        b2_floor = math.ceil(2 * f * z * diff_clip * math.sqrt(d * kappa) / chi)
+        b1 = p["batch1"] or (b1_paper if theory else max(b1_paper, b1_floor))
+        b2 = p["batch2"] or (b2_paper if theory else max(b2_paper, b2_floor))
         for name, given in (("batch1", p["batch1"]), ("batch2", p["batch2"])):
             if given is not None and given > n:
                 raise ParameterError(f"{name}={given} exceeds the number of records n={n}")
+        if not (p["batch1"] or p["batch2"]) and b1 + b2 > n:
+            raise ParameterError(
+                f"perturbed-sgd: at eps={eps:g} one O1 batch (b1={b1}) and one O2 batch (b2={b2}) need "
+                f"{b1 + b2} records but the data has n={n}: the data set is too small for this budget and "
+                f"accuracy. Raise --epsilon, use more data, or give a larger target (--param alpha="
+                f"{2 * alpha:.3g}), or set the batches yourself (--param batch1=... batch2=...: noisier oracle)")
         b1, b2 = min(b1, n), min(b2, n)  # derived sizes: at most one pass
-        H = horizon_for(b1, b2)
+        H = max(1, min(1 + max(0, (n - b1) // b2), p["max_steps"] or n, phase_cap))
         z = calibrate(H)
         return dict(alpha=alpha, chi=chi, eta=eta, escape_steps=int(T_esc), escape_radius=S,
                     repeats=int(Q), kappa=kappa, batch1=int(b1), batch2=int(b2), clip=clip, diff_clip=diff_clip,
-                    radius=radius, U=U, iota=iota, noise_multiplier=z, horizon=H,
-                    batch1_paper=b1_paper, batch2_paper=b2_paper)
+                    radius=radius, U=U, iota=iota, noise_multiplier=z, horizon=H, preset=p["preset"],
+                    alpha_theorem=alpha_thm, alpha_floor=alpha_floor, kappa_theorem=kappa_thm,
+                    batch1_paper=b1_paper, batch2_paper=b2_paper,
+                    o1_noise_norm=f * z * clip * math.sqrt(d) / b1,
+                    o2_phase_noise_bound=f * z * diff_clip * math.sqrt(d * kappa) / b2)
 
     # ------------------------------------------------------------------------ run
     def run(self) -> RunOutput:
@@ -266,6 +311,8 @@ class PerturbedSGD(Algorithm):
         if self.noise is None:
             raise ParameterError("perturbed-sgd needs a noise mechanism (--noise)")
         r = self.resolve()
+        eta, chi, S, T_esc, Q = r["eta"], r["chi"], r["escape_radius"], r["escape_steps"], r["repeats"]
+        radius = r["radius"]
         access = SinglePass(pb.n, self.rng("perturbed-sgd batches"))
         est = SpiderEstimator(pb, self.noise, noise_multiplier=r["noise_multiplier"],
                               horizon=r["horizon"], accountant=self.accountant,
@@ -292,8 +339,12 @@ class PerturbedSGD(Algorithm):
         else:
             x = np.zeros(pb.d)
         max_steps = self.p["max_steps"] or math.inf
-        traj = Trajectory(max(1, oracle.records_total // r["batch2"]))
+        T_max = max(1, oracle.records_total // r["batch2"])  # queries the records can pay for
+        traj = Trajectory(T_max, keep_every_iterate=T_max * pb.d <= KEEP_ALL_FLOATS)  # --select sees every query
         traj.log(0, x)
+        mode = self.p["output"]
+        chooser = OutputChoice("last" if mode == "paper" else mode, None, self.rng("perturbed-sgd output"), x)
+        n_iter = 0
         stats = dict(escape_tests=0, escape_attempts=0, escapes=0)
         log: list[dict] = []  # first LOG_MAX escape tests: where, how many attempts, outcome
         steps = 0
@@ -302,7 +353,11 @@ class PerturbedSGD(Algorithm):
         out = x
 
         def step(x, g):
-            return project(x - eta * g, radius)
+            nonlocal n_iter
+            x_new = project(x - eta * g, radius)
+            n_iter += 1
+            chooser.see(n_iter, x_new)
+            return x_new
 
         def query(x):
             nonlocal steps
@@ -327,8 +382,13 @@ class PerturbedSGD(Algorithm):
                 t_tilde = steps
                 out = x_tilde
                 escaped = False
+                entry = {"step": t_tilde, "x_tilde_norm": float(np.linalg.norm(x_tilde)), "attempts": 0,
+                         "escaped": False, "outcome": "interrupted (records or step cap ran out)"}
+                if len(log) < LOG_MAX:
+                    log.append(entry)
                 for _q in range(Q):
                     stats["escape_attempts"] += 1
+                    entry["attempts"] = _q + 1
                     x = x_tilde.copy()                            # line 9
                     for _tau in range(T_esc):
                         g = query(x)                              # line 11
@@ -338,9 +398,8 @@ class PerturbedSGD(Algorithm):
                             break
                     if escaped:
                         break
-                if len(log) < LOG_MAX:
-                    log.append({"step": t_tilde, "x_tilde_norm": float(np.linalg.norm(x_tilde)),
-                                "attempts": _q + 1, "escaped": escaped})
+                entry["escaped"] = escaped
+                entry["outcome"] = "escaped" if escaped else "no escape: x~ returned"
                 if not escaped:                                   # line 20-21
                     certified = True
                     stop = "no escape from x~ in Q attempts"
@@ -354,8 +413,18 @@ class PerturbedSGD(Algorithm):
             stop = "max_steps reached"
             out = x
         traj.finish(steps, out)
+        if mode != "paper":
+            out = chooser.result(x, n_iter)
         info = dict(r)
+        tests = stats["escape_tests"]
         info.update(stats, escape_log=log, certified=certified, stop_reason=stop, **oracle.stats(),
+                    escape_test_outcomes={"escaped": stats["escapes"], "not_escaped": int(certified),
+                                          "interrupted": tests - stats["escapes"] - int(certified)},
+                    escape_test_note=("the run never reached an escape test (no noisy gradient <= 3 chi)"
+                                      if tests == 0 else f"{tests} escape test(s) ran"),
+                    select_candidates="every query point" if traj.keeps_every_iterate else
+                    f"{len(traj.steps)} evenly spaced checkpoints",
+                    output=mode, output_step=None if mode in ("paper", "average") else chooser.chosen_step(n_iter),
                     noise=self.noise.name, trajectory=traj)
         return RunOutput(np.array(out, dtype=float), steps, oracle.records_used, oracle.gradient_evaluations,
                          traj.series, info)

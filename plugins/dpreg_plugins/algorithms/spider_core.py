@@ -72,11 +72,17 @@ class SpiderEstimator:
     smoothness: M of O2's per-record clip M |x_t - x_{t-1}|
     diff_cap:   optional extra cap on O2's per-record clip (e.g. 2C, the
                 Lipschitz bound of a gradient difference); None: no cap
+    o1_noise_multiplier: a separate multiplier z1 for O1 (DP-SPIDER Alg 1's
+                sigma_1 apart from sigma_2): O1 is then released by its own
+                mechanism instance (one add per phase, horizon 1, seed
+                ``o1_seed``) and the O2 sum by the main one (z, horizon
+                ``horizon - 1``); the estimate is their sum.  None: one
+                mechanism and one multiplier for both.
     """
 
     def __init__(self, problem, noise_cls: type[NoiseMechanism], *, noise_multiplier: float,
                  horizon: int, accountant, seed, clip: float, smoothness: float,
-                 diff_cap: float | None = None):
+                 diff_cap: float | None = None, o1_noise_multiplier: float | None = None, o1_seed=None):
         if not (clip > 0 and np.isfinite(clip)):
             raise ValueError(f"clip must be a finite positive number, got {clip}")
         if not (smoothness > 0 and np.isfinite(smoothness)):
@@ -87,8 +93,17 @@ class SpiderEstimator:
         self.clip = float(clip)
         self.smoothness = float(smoothness)
         self.diff_cap = None if diff_cap is None else float(diff_cap)
-        self.mechanism = noise_cls(dim=problem.d, noise_multiplier=noise_multiplier, horizon=int(horizon),
+        self.separate = o1_noise_multiplier is not None
+        if self.separate:
+            if o1_seed is None:
+                raise ValueError("a separate O1 multiplier needs its own secret seed (o1_seed)")
+            self.o1_mechanism = noise_cls(dim=problem.d, noise_multiplier=float(o1_noise_multiplier), horizon=1,
+                                          accountant=accountant, seed=o1_seed)
+        self.mechanism = noise_cls(dim=problem.d, noise_multiplier=noise_multiplier,
+                                   horizon=max(1, int(horizon) - 1) if self.separate else int(horizon),
                                    accountant=accountant, seed=seed)
+        self._base = None          # O1 release (separate multipliers only)
+        self._adds = 0             # adds in the current phase (O1 included)
         self.phases = 0            # O1 calls
         self.o2_calls = 0
         self.gradient_evaluations = 0  # per-record gradients computed (a difference counts 2)
@@ -102,8 +117,8 @@ class SpiderEstimator:
 
     @property
     def phase_steps(self) -> int:
-        """Adds in the current phase."""
-        return self.mechanism.steps
+        """Adds in the current phase (the O1 add included)."""
+        return self._adds
 
     def refresh(self, w: np.ndarray, idx: np.ndarray, participation: Participation, *,
                 denom: float | None = None) -> Release:
@@ -112,17 +127,23 @@ class SpiderEstimator:
         expected size for Poisson batches) and release it."""
         if self._started:
             self.mechanism.reset()
+            if self.separate:
+                self.o1_mechanism.reset()
         self._started = True
         b = len(idx)
         den = float(denom if denom is not None else max(b, 1))
         s, ncl = self.problem.clipped_grad_sum(w, idx, self.clip) if b else (np.zeros(self.problem.d), 0)
         sens = self.factor * self.clip / den
-        value = self.mechanism.add(s / den, sens, participation)
+        if self.separate:
+            value = self._base = np.array(self.o1_mechanism.add(s / den, sens, participation), dtype=float)
+        else:
+            value = self.mechanism.add(s / den, sens, participation)
+        self._adds = 1
         self.phases += 1
         self.gradient_evaluations += b
         self.records += b
-        self.max_phase_steps = max(self.max_phase_steps, self.mechanism.steps)
-        return Release(value, "O1", sens, b, int(ncl), self.phases - 1, self.mechanism.steps)
+        self.max_phase_steps = max(self.max_phase_steps, self._adds)
+        return Release(value, "O1", sens, b, int(ncl), self.phases - 1, self._adds)
 
     def o2_clip(self, w: np.ndarray, w_prev: np.ndarray) -> float:
         """Per-record clip of O2 between ``w_prev`` and ``w``:
@@ -146,11 +167,14 @@ class SpiderEstimator:
             s, ncl = np.zeros(self.problem.d), 0
         sens = self.factor * c / den
         value = self.mechanism.add(s / den, sens, participation)
+        if self.separate:
+            value = self._base + value
+        self._adds += 1
         self.o2_calls += 1
         self.gradient_evaluations += 2 * b
         self.records += b
-        self.max_phase_steps = max(self.max_phase_steps, self.mechanism.steps)
-        return Release(value, "O2", sens, b, int(ncl), self.phases - 1, self.mechanism.steps)
+        self.max_phase_steps = max(self.max_phase_steps, self._adds)
+        return Release(value, "O2", sens, b, int(ncl), self.phases - 1, self._adds)
 
 
 # ------------------------------------------------------------- calibration

@@ -199,9 +199,14 @@ class SigmoidL2(Sigmoid):
 class LowySynthetic(LinearModelLoss):
     """f(w, x) = 1/2(|w|^2 + sin|w|^2) + <x, w> on the ball of radius 2 (warm-start paper, section 9).
 
-    On |w| <= 2, |x| <= 1: grad = w(1 + cos|w|^2) + x has norm <= 2*2 + 1 = 5 (G=5);
-    Hessian = (1+cos s) I - 2 sin(s) w w^T with s = |w|^2, norm <= 2 + 2*4 = 10 (M=10);
-    its derivative is bounded by 6|w| + 4|w|^3 <= 44 (rho=44).  Labels are ignored.
+    On |w| <= 2, |x| <= 1 (s = |w|^2 <= 4), the true suprema, rounded up:
+    grad = w(1 + cos s) + x, norm <= max_r r(1 + cos r^2) + 1 = 2.5417 (G = 2.55);
+    Hessian = (1+cos s) I - 2 sin(s) w w^T, eigenvalues 1 + cos s and
+    1 + cos s - 2 s sin s, max |.| = 6.4008 (M = 6.41; the crude bound
+    2 + 2*4 = 10 made O2's noise 1.56x too large); the third derivative along
+    a unit u, -4 cos(s) <w,u>^3 - 6 sin(s) <w,u>, has sup 30.614 over the ball
+    (rho = 30.62; a symmetric 3-tensor's norm is its sup on the diagonal).
+    Labels are ignored.
     """
 
     name = "lowy-synthetic"
@@ -213,7 +218,7 @@ class LowySynthetic(LinearModelLoss):
     d2phi = staticmethod(linear_d2phi)
 
     def constants(self, d):
-        return 5.0, 10.0, 44.0
+        return 2.55, 6.41, 30.62
 
     def psi(self, w):
         s = float(np.dot(w, w))
