@@ -445,7 +445,8 @@ def info(name):
             from .pipeline import RELATION_TEXT
 
             text = RELATION_TEXT.get(relation.split(" ")[0], relation)
-            click.echo(f"  data access: {obj.data_access}; takes --noise: {'yes' if obj.uses_noise else 'no'}")
+            noise = (f"yes (default {obj.default_noise or 'tree'})" if obj.uses_noise else "no")
+            click.echo(f"  data access: {obj.data_access}; takes --noise: {noise}")
             click.echo(f"  neighbouring relation: {text}" + (relation[len(relation.split(' ')[0]):]
                                                              if relation.split(" ")[0] in RELATION_TEXT else ""))
         if e.kind == "loss":

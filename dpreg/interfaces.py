@@ -289,6 +289,8 @@ class Algorithm(ABC):
     paper: ClassVar[str] = ""
     params: ClassVar[tuple[ParamSpec, ...]] = ()
     uses_noise: ClassVar[bool] = False
+    #: the noise mechanism used when ``--noise`` is not given (None: "tree")
+    default_noise: ClassVar[str | None] = None
     data_access: ClassVar[str] = "resample"
     #: neighbouring relation the algorithm's accounting is stated in
     relation: ClassVar[str] = "replace-one"

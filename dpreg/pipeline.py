@@ -228,7 +228,7 @@ def _validate(cfg: RunConfig, reg):
     acc_cls = reg.get("accountant", cfg.accountant)
     if cfg.noise is not None and not algo_cls.uses_noise:
         raise ParameterError(f"algorithm {cfg.algo!r} keeps no running sum and takes no --noise")
-    noise_name = cfg.noise or (("tree" if "tree" in reg.names("noise") else "gaussian")
+    noise_name = cfg.noise or ((algo_cls.default_noise or ("tree" if "tree" in reg.names("noise") else "gaussian"))
                                if algo_cls.uses_noise else None)
     noise_cls = reg.get("noise", noise_name) if noise_name else None
     given = parse_pairs(cfg.params) if isinstance(cfg.params, (list, tuple)) else dict(cfg.params)
