@@ -115,6 +115,15 @@ class Problem:
         return self._k.diff_sum(self.X, self.y, self._nx, ix, full, w, wp, r, rp,
                                 self._scalars[1], _inner(clip))
 
+    def clipped_hessian_sum(self, w: np.ndarray, idx: np.ndarray | None, clip: float):
+        """(sum over idx of per-record *data* Hessians ``d2phi x x^T``, each scaled
+        to operator norm <= ``clip``, as a dense symmetric d x d array, n_clipped).
+        Each term is rank one, so its Frobenius norm is bounded by ``clip`` too;
+        psi's (data-independent) Hessian is not included."""
+        w = np.ascontiguousarray(w, dtype=np.float64)
+        ix = self._idx(idx)
+        return self._k.clipped_hessian_sum(self.X, self.y, ix, w, self._scalars[2], _inner(clip))
+
     # ------------------------------------------------- exact (evaluation) quantities
     def value(self, w: np.ndarray, idx: np.ndarray | None = None) -> float:
         """Empirical loss: mean over rows of f(w; z_i)."""
