@@ -110,6 +110,8 @@ AUDIT_PARAMS: dict[str, dict[str, Any]] = {
     "dp-spider": {"steps": 6, "phase": 3, "step": 0.05, "clip": 0.1},
     "adaptive-spider": {"step": 0.05, "clip": 0.1},
     "perturbed-sgd": {"step": 0.05, "clip": 0.1},
+    "dp-trust-region": {"steps": 3, "clip": 0.1, "hess_clip": 0.1, "stop": "none"},
+    "dp-stochastic-trust-region": {"steps": 3, "batch": 10, "clip": 0.1, "hess_clip": 0.1, "stop": "none"},
 }
 
 #: selector audits: default relation and parameters (``params`` override)
