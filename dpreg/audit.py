@@ -140,6 +140,10 @@ AUDIT_PARAMS: dict[str, dict[str, Any]] = {
     "perturbed-sgd": {"step": 0.05, "clip": 0.1},
     # 5 blocks of 4 records (GRAD on 1, then 3 DIFFs of 1): every record, the canary included, is used
     "zo-o2nc": {"block_length": 4, "blocks": 5, "batch1": 1, "batch2": 1},
+    "dp-trust-region": {"steps": 3, "clip": 0.1, "hess_clip": 0.1, "stop": "none"},
+    # batch 20 = the audit's default n: full batches (calibrating Poisson-subsampled RDP
+    # per trial is slow); the Poisson accounting is tested against dp-accounting directly
+    "dp-stochastic-trust-region": {"steps": 3, "batch": 20, "clip": 0.1, "hess_clip": 0.1, "stop": "none"},
 }
 
 #: selector audits: default relation and parameters (``params`` override)

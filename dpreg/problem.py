@@ -265,6 +265,19 @@ class Problem:
             self.__dict__["_dense_cache"] = cache
         return cache[1]
 
+    def clipped_hessian_sum(self, w: np.ndarray, idx: np.ndarray | None, clip: float):
+        """(sum over idx of per-record *data* Hessians ``d2phi x x^T``, each scaled
+        to operator norm <= ``clip``, as a dense symmetric d x d array, n_clipped).
+        Each term is rank one, so its Frobenius norm is bounded by ``clip`` too;
+        psi's (data-independent) Hessian is not included."""
+        w = self._vec(w)
+        ix = self._idx(idx)
+        if self._csr is not None:
+            return self._fast(self._ks.clipped_hessian_sum, len(ix) * self._row_nnz ** 2)(
+                *self._csr, self.y, ix, w, self._refs[2], _inner(clip))
+        return self._fast(self._k.clipped_hessian_sum, len(ix) * self.d * self.d)(
+            self.X, self.y, ix, w, self._refs[2], _inner(clip))
+
     # ------------------------------------------------- exact (evaluation) quantities
     def decision_function(self, w: np.ndarray, X: np.ndarray | None = None) -> np.ndarray:
         """Margins <x, w> for the rows of X (default: this problem's)."""
@@ -303,12 +316,7 @@ class Problem:
         above-threshold selector)."""
         w = self._vec(w)
         ix = self._idx(idx)
-        if self._csr is not None:
-            H, _ = self._fast(self._ks.clipped_hessian_sum, len(ix) * self._row_nnz ** 2)(
-                *self._csr, self.y, ix, w, self._refs[2], float(clip))
-        else:
-            H, _ = self._fast(self._k.clipped_hessian_sum, len(ix) * self.d * self.d)(
-                self.X, self.y, ix, w, self._refs[2], float(clip))
+        H, _ = self.clipped_hessian_sum(w, ix, clip)
         H = H / len(ix)
         eye = np.eye(self.d)
         H += np.stack([self.loss.psi_hvp(w, eye[j]) for j in range(self.d)], axis=1)

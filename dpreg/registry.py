@@ -38,6 +38,7 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.algorithms.dp_spider",
     "dpreg_plugins.algorithms.adaptive_spider",
     "dpreg_plugins.algorithms.perturbed_sgd",
+    "dpreg_plugins.algorithms.trust_region",
     "dpreg_plugins.selectors.private_selection",
     "dpreg_plugins.algorithms.warm_start",
     "dpreg_plugins.algorithms.distributed_spider",
