@@ -32,7 +32,7 @@ import numpy as np
 from numba import prange, types
 
 from .config import jit_inline
-from .linear_model import Idx, Kernel, ScalarFn, Vec, _over, _scale, f8, i8, n_chunks
+from .linear_model import _BOUND_FLOOR, Idx, Kernel, ScalarFn, Vec, _err_coef, _over, _scale, f8, i8, n_chunks
 
 
 def _csr_chunks(indptr, idx, full, b, d):
@@ -70,6 +70,7 @@ def _csr_grad_sum(data, indices, indptr, y, nx, idx, full, w, r, dphi, clip):
         rr += r[j] * r[j]
     has_r = rr > 0.0
     clip2 = clip * clip
+    ek = _err_coef(d)
     for c in prange(nc):
         acc = part[c]
         cs = 0.0
@@ -90,8 +91,11 @@ def _csr_grad_sum(data, indices, indptr, y, nx, idx, full, w, r, dphi, clip):
                 g2 += rr
             else:
                 g2 = (a * a) * nx[i]
-            k += _over(g2, clip2)
-            s = _scale(g2, clip, clip2)
+            # g2 sums squares (no cancellation); its rounding is covered as in the dense
+            # kernels' proof (linear_model, above _scale): a bound gu >= the true |term|^2
+            gu = g2 + ek * g2 + _BOUND_FLOOR
+            k += _over(gu, clip2)
+            s = _scale(gu, g2, clip, clip2)
             if s != 0.0:
                 sa = s * a
                 for p in range(lo, hi):
@@ -132,6 +136,7 @@ def _csr_diff_sum(data, indices, indptr, y, nx, idx, full, w, wp, r, rp, dphi, c
         rr += dr[j] * dr[j]
     has_r = rr > 0.0
     clip2 = clip * clip
+    ek = _err_coef(d)
     for c in prange(nc):
         acc = part[c]
         cs = 0.0
@@ -157,8 +162,11 @@ def _csr_diff_sum(data, indices, indptr, y, nx, idx, full, w, wp, r, rp, dphi, c
                 g2 += rr
             else:
                 g2 = (a * a) * nx[i]
-            k += _over(g2, clip2)
-            s = _scale(g2, clip, clip2)
+            # g2 sums squares (no cancellation); its rounding is covered as in the dense
+            # kernels' proof (linear_model, above _scale): a bound gu >= the true |term|^2
+            gu = g2 + ek * g2 + _BOUND_FLOOR
+            k += _over(gu, clip2)
+            s = _scale(gu, g2, clip, clip2)
             if s != 0.0:
                 sa = s * a
                 for p in range(lo, hi):
