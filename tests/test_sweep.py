@@ -175,3 +175,49 @@ def test_dask_cluster_gives_the_same_table(grid, tmp_path):
             else:
                 assert a[k] == b[k], k
     assert all(os.path.isfile(row["record"]) for row in remote)
+
+
+def test_variants_with_own_epsilons_share_a_label(tmp_path):
+    from dpreg.errors import DpregError
+    from dpreg_plugins.commands.sweep import parse_config
+
+    cfg = {"algorithms": [{"label": "sgd", "algo": "dp-sgd", "epsilons": [1.0], "params": {"step": 0.1}},
+                          {"label": "sgd", "algo": "dp-sgd", "epsilons": [2.0], "params": {"step": 0.2}}],
+           "data": ["synthetic-logistic:n=100,d=2"], "seeds": [0, 1]}
+    cells = parse_config(cfg)
+    assert [(c.algo, c.epsilon, c.params["step"], c.seed) for c in cells] == [
+        ("sgd", 1.0, 0.1, 0), ("sgd", 1.0, 0.1, 1), ("sgd", 2.0, 0.2, 0), ("sgd", 2.0, 0.2, 1)]
+    assert len({c.key() for c in cells}) == 4
+    cfg["algorithms"][1]["epsilons"] = [1.0]
+    with pytest.raises(DpregError, match="share the label"):
+        parse_config(cfg)
+
+
+def test_repository_configs_match_the_experiment_scripts():
+    """benchmarks/sweeps/*.toml describe the experiment scripts' grids."""
+    import importlib.util
+    from pathlib import Path
+
+    from dpreg_plugins.commands.sweep import load_toml, parse_config
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def script(name):
+        spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    sosp = script("experiments_sosp")
+    cells = parse_config(load_toml(bench / "sweeps" / "sosp.toml"), bench / "sweeps")
+    assert {(c.data, c.loss, c.algo, c.noise, c.epsilon, c.seed) for c in cells} == {
+        (dname, loss, a, nz, e, s) for dname in sosp.DATASETS for loss in sosp.LOSSES for a, nz in sosp.METHODS
+        for e in sosp.EPSILONS for s in range(sosp.SEEDS)}
+    assert all(c.params == {} and c.delta is None for c in cells)
+
+    ws = script("experiment_warm_start")
+    cells = parse_config(load_toml(bench / "sweeps" / "warm-start.toml"), bench / "sweeps")
+    got = {(c.algo, c.epsilon, c.seed): (c.algorithm, c.params) for c in cells}
+    want = {(label, e, s): cfg for e in ws.EPSILONS for label, cfg in ws.app_g_configs(e).items()
+            for s in range(1, 11)}
+    assert got == want and all(c.delta == ws.DELTA and c.loss == "lowy-synthetic" for c in cells)

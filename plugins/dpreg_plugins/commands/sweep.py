@@ -6,7 +6,8 @@ in parallel worker processes or on a Dask cluster, and one tidy table.
 The configuration (every key but ``algorithms``, ``epsilons`` and ``data`` is
 optional; an unknown key or a bad value is a one-line error naming it)::
 
-    algorithms = ["dp-gd", "dp-sgd"]        # or {label = "...", algo = "...", params = {...}}
+    algorithms = ["dp-gd", "dp-sgd"]        # or {label = "...", algo = "...", params = {...},
+                                            #     epsilons = [...]}: a variant run at those epsilons only
     noises     = ["gaussian", "tree"]       # algorithms that take no noise run once, with none
     epsilons   = [0.5, 1.0, 2.0]
     seeds      = [0, 1, 2]                  # research seeds (see below)
@@ -20,7 +21,9 @@ optional; an unknown key or a bad value is a one-line error naming it)::
     steps = 100
 
 File paths (data, test_data) are read relative to the configuration's
-directory.  Every cell is one :func:`dpreg.pipeline.run_pipeline` call; its
+directory.  Entries of ``algorithms`` may share a label when each gives its
+own, disjoint ``epsilons`` (per-epsilon parameters, e.g. a paper's table: one
+line in the plots).  Every cell is one :func:`dpreg.pipeline.run_pipeline` call; its
 record is written atomically to ``DIR/records/<cell key>.json`` (the key
 names the cell and ends in a hash of its whole configuration), and a rerun
 skips every cell whose record exists, so an interrupted sweep resumes where it
@@ -57,7 +60,7 @@ from dpreg.errors import DpregError
 #: the table's columns, in order
 COLUMNS = ("algo", "noise", "loss", "data", "epsilon", "delta", "seed", "status", "epsilon_spent",
            "noise_multiplier", "train_accuracy", "test_accuracy", "train_loss", "test_loss", "train_grad_norm",
-           "train_lambda_min", "run_s", "record", "error")
+           "train_lambda_min", "test_grad_norm", "run_s", "record", "error")
 
 TOP_KEYS = {"algorithms", "noises", "epsilons", "seeds", "data", "loss", "test_data", "delta", "accountant",
             "diagnostics", "params"}
@@ -159,14 +162,18 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
     params_tab = cfg.get("params", {})
     if not isinstance(params_tab, dict) or any(not isinstance(v, dict) for v in params_tab.values()):
         _fail("params", "must be tables [params.ALGORITHM] of key = value")
-    algos = []  # (label, name, params)
+    algos = []  # (label, name, params, own epsilons or None)
     for i, a in enumerate(_str_list(cfg, "algorithms", required=True)):
+        own_eps = None
         if isinstance(a, str):
             label, name, p = a, a, {}
         elif isinstance(a, dict):
-            bad = sorted(set(a) - {"label", "algo", "params"})
+            bad = sorted(set(a) - {"label", "algo", "params", "epsilons"})
             if bad:
-                _fail(f"algorithms[{i}].{bad[0]}", "unknown key (known: label, algo, params)")
+                _fail(f"algorithms[{i}].{bad[0]}", "unknown key (known: label, algo, params, epsilons)")
+            if "epsilons" in a:
+                own_eps = [_number(f"algorithms[{i}].epsilons[{j}]", e)
+                           for j, e in enumerate(_str_list(a, "epsilons", required=True))]
             name = a.get("algo")
             if not isinstance(name, str):
                 _fail(f"algorithms[{i}].algo", "missing (the algorithm's name)")
@@ -180,10 +187,14 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
             _fail(f"algorithms[{i}]", f"must be a name or a table, got {a!r}")
         if name not in reg.names("algorithm"):
             _fail(f"algorithms[{i}]", f"unknown algorithm {name!r} (dpreg list algorithm)")
-        algos.append((label, name, {**params_tab.get(name, {}), **params_tab.get(label, {}), **p}))
+        algos.append((label, name, {**params_tab.get(name, {}), **params_tab.get(label, {}), **p}, own_eps))
     labels = [a[0] for a in algos]
-    if len(set(labels)) != len(labels):
-        _fail("algorithms", "two entries share a label; give each variant its own label")
+    for lab in set(labels):
+        same = [a[3] for a in algos if a[0] == lab]
+        if len(same) > 1 and (any(e is None for e in same)
+                              or sum(len(set(e)) for e in same) != len(set().union(*map(set, same)))):
+            _fail("algorithms", f"entries share the label {lab!r}; give each variant its own label "
+                                "(or each its own, disjoint epsilons)")
     stray = sorted(set(params_tab) - set(labels) - {a[1] for a in algos})
     if stray:
         _fail(f"params.{stray[0]}", "names no algorithm of the sweep")
@@ -200,7 +211,9 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
             get_loss(reg, ls)
         except DpregError as exc:
             _fail("loss", str(exc))
-    eps = [_number(f"epsilons[{i}]", e) for i, e in enumerate(_str_list(cfg, "epsilons", required=True))]
+    eps = [_number(f"epsilons[{i}]", e) for i, e in enumerate(_str_list(cfg, "epsilons",
+                                                                           required=all(a[3] is None for a in algos)))
+           if e is not None]
     seeds = _str_list(cfg, "seeds", required=False, default=[0])
     for i, s in enumerate(seeds):
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
@@ -244,10 +257,10 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
     cells = []
     for dname, train, test in datas:
         for loss in losses:
-            for label, name, p in algos:
+            for label, name, p, own_eps in algos:
                 uses_noise = reg.get("algorithm", name).uses_noise
                 for nz in (noises if uses_noise else [None]):
-                    for e in eps:
+                    for e in (own_eps if own_eps is not None else eps):
                         for s in seeds:
                             cells.append(Cell(label, name, nz, loss, dname, train, test, e, delta, s,
                                               accountant, diagnostics, dict(p)))
@@ -301,7 +314,8 @@ def record_row(cell: Cell, rec: dict, path: str) -> dict:
     row.update(status="ok", delta=rel.get("config", {}).get("delta", cell.delta),
                epsilon_spent=priv.get("epsilon"), noise_multiplier=mech[0] if mech else None,
                run_s=timing.get("run_s"), record=str(path))
-    for k in ("train_accuracy", "test_accuracy", "train_loss", "test_loss", "train_grad_norm", "train_lambda_min"):
+    for k in ("train_accuracy", "test_accuracy", "train_loss", "test_loss", "train_grad_norm", "train_lambda_min",
+              "test_grad_norm"):
         row[k] = metrics.get(k)
     return row
 
