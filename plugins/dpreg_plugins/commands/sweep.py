@@ -363,13 +363,24 @@ def run_sweep(cells: list[Cell], out_dir: str, *, workers: int = 2, scheduler: s
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         # spawn: a fresh interpreter per worker (numba's threads do not survive fork)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                 initializer=_init_worker) as pool:
+        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init_worker)
+        try:
             futs = {pool.submit(_guarded, cells[i], paths[i]): i for i in todo}
             for f in as_completed(futs):
-                finished(futs[f], f.result())
+                finished(futs[f], _result(f, cells[futs[f]]))
+        finally:  # on Ctrl-C: drop the queued cells; finished records stay for the rerun
+            pool.shutdown(wait=True, cancel_futures=True)
     write_table(rows, out_dir)
     return rows, len(todo)
+
+
+def _result(future, cell: Cell) -> dict:
+    """A future's row; a worker that died (killed, out of memory) gives an error row."""
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001
+        return error_row(cell, f"worker failed: {type(exc).__name__}: {exc}")
 
 
 def _guarded(cell: Cell, path: str) -> dict:
@@ -393,9 +404,10 @@ def _run_dask(scheduler, jobs, finished) -> None:
     except (OSError, TimeoutError, ValueError) as exc:
         raise DpregError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
     try:
-        futs = {client.submit(_guarded, c, p, pure=False): i for i, c, p in jobs}
+        futs = {client.submit(_guarded, c, p, pure=False): (i, c) for i, c, p in jobs}
         for f in as_completed(list(futs)):
-            finished(futs[f], f.result())
+            i, c = futs[f]
+            finished(i, _result(f, c))
     finally:
         if own:
             client.close()
@@ -435,7 +447,12 @@ def sweep(config, workers, scheduler, out_dir):
     def go():
         cells = parse_config(load_toml(config), Path(config).resolve().parent)
         d = out_dir or f"{Path(config).stem}-sweep"
-        return d, *run_sweep(cells, d, workers=workers, scheduler=scheduler, echo=click.echo)
+        try:
+            return d, *run_sweep(cells, d, workers=workers, scheduler=scheduler, echo=click.echo)
+        except KeyboardInterrupt:
+            click.echo("interrupted; finished cells keep their records: run the same command again to resume",
+                       err=True)
+            sys.exit(130)
 
     d, rows, ran = go()
     errors = sum(r["status"] != "ok" for r in rows)
