@@ -326,7 +326,7 @@ def run_sweep(cells: list[Cell], out_dir: str, *, workers: int = 2, scheduler: s
     """Run every cell whose record is missing (in ``workers`` processes, or on
     the Dask scheduler at ``scheduler``, an address or a ``Client``), then
     write the table of all cells.  Returns (rows in grid order, cells run)."""
-    rec_dir = Path(out_dir) / "records"
+    rec_dir = Path(out_dir).resolve() / "records"  # absolute: Dask workers may run elsewhere
     rec_dir.mkdir(parents=True, exist_ok=True)
     paths = [str(rec_dir / f"{c.key()}.json") for c in cells]
     rows: list[dict | None] = [None] * len(cells)
@@ -340,6 +340,8 @@ def run_sweep(cells: list[Cell], out_dir: str, *, workers: int = 2, scheduler: s
             except (OSError, ValueError):
                 pass  # unreadable: run the cell again
         todo.append(i)
+    echo("note: the sweep's seeds are research seeds: each run's privacy guarantee holds only while its seed "
+         "stays secret")
     echo(f"sweep: {len(cells)} cells, {len(cells) - len(todo)} done before, {len(todo)} to run"
          + (f" on {scheduler}" if scheduler is not None and todo else
             f" in {workers} worker process{'es' if workers != 1 else ''}" if todo else ""))
