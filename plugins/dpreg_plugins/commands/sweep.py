@@ -441,8 +441,7 @@ def sweep(config, workers, scheduler, out_dir):
     """Run a grid of private runs (algorithms x noises x epsilons x seeds x
     data sets) described by a TOML file; resumable; writes DIR/results.csv and
     DIR/results.json.  The seeds are research seeds: keep them secret, or the
-    runs' privacy guarantee is void.  See the module docstring
-    (dpreg_plugins.commands.sweep) for the configuration keys."""
+    runs' privacy guarantee is void.  Configuration keys: docs/sweeps.md."""
     from dpreg.cli import user_errors
 
     @user_errors
