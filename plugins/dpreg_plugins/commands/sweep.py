@@ -214,6 +214,8 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
     eps = [_number(f"epsilons[{i}]", e) for i, e in enumerate(_str_list(cfg, "epsilons",
                                                                            required=all(a[3] is None for a in algos)))
            if e is not None]
+    if eps and all(a[3] is not None for a in algos):
+        _fail("epsilons", "unused: every algorithm entry gives its own epsilons")
     seeds = _str_list(cfg, "seeds", required=False, default=[0])
     for i, s in enumerate(seeds):
         if isinstance(s, bool) or not isinstance(s, int) or s < 0:
