@@ -45,6 +45,8 @@ DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.selectors.distributed_selection",
     "dpreg_plugins.algorithms.zo_o2nc",
     "dpreg_plugins.commands.audit",
+    "dpreg_plugins.commands.sweep",
+    "dpreg_plugins.commands.plot",
 )
 
 ENTRY_POINT_GROUP = "dpreg"

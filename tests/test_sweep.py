@@ -1,0 +1,224 @@
+"""dpreg sweep and dpreg plot: a 2x2x2 grid in worker processes, resume,
+error rows, config errors, the same table on a Dask cluster, and PNGs that
+are real images."""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from dpreg.cli import _load_plugin_commands, cli
+
+_load_plugin_commands()  # dpreg sweep and dpreg plot are command plugins
+
+GRID = """
+algorithms = ["dp-gd", "dp-sgd"]
+epsilons = [1.0, 2.0]
+seeds = [0, 1]
+data = ["synthetic-logistic:n=2000,d=4"]
+[params.dp-gd]
+steps = 30
+[params.dp-sgd]
+steps = 30
+"""
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+VOLATILE = ("run_s", "record")  # wall time and file location differ between two sweeps
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """The 2x2x2 sweep, run once with two worker processes."""
+    d = tmp_path_factory.mktemp("sweep")
+    cfg = d / "grid.toml"
+    cfg.write_text(GRID)
+    r = invoke("sweep", cfg, "--workers", 2, "--out-dir", d / "out")
+    assert r.exit_code == 0, r.output
+    return cfg, d / "out", r.output
+
+
+def _table(out_dir):
+    with open(out_dir / "results.json") as fh:
+        return json.load(fh)
+
+
+def test_grid_writes_eight_records_and_a_table_of_eight_ok_rows(grid):
+    cfg, out, output = grid
+    assert "8 to run" in output
+    records = sorted((out / "records").glob("*.json"))
+    assert len(records) == 8
+    rows = _table(out)
+    assert len(rows) == 8 and all(r["status"] == "ok" for r in rows)
+    cells = {(r["algo"], r["epsilon"], r["seed"]) for r in rows}
+    assert cells == {(a, e, s) for a in ("dp-gd", "dp-sgd") for e in (1.0, 2.0) for s in (0, 1)}
+    for r in rows:
+        assert r["epsilon_spent"] <= r["epsilon"] * (1 + 1e-9) and r["epsilon_spent"] > 0.9 * r["epsilon"]
+        assert r["noise_multiplier"] > 0 and 0.5 <= r["test_accuracy"] <= 1 and r["train_grad_norm"] >= 0
+        with open(r["record"]) as fh:
+            rec = json.load(fh)
+        assert rec["release"]["config"]["algo"] == r["algo"]
+        assert rec["release"]["privacy"]["epsilon"] == r["epsilon_spent"]
+        assert rec["release"]["config"]["params_given"]["steps"] == 30
+    # a larger epsilon means less noise
+    nm = {(r["algo"], r["epsilon"]): r["noise_multiplier"] for r in rows}
+    assert nm[("dp-gd", 2.0)] < nm[("dp-gd", 1.0)]
+    header = (out / "results.csv").read_text().splitlines()[0].split(",")
+    assert header[:8] == ["algo", "noise", "loss", "data", "epsilon", "delta", "seed", "status"]
+    assert len((out / "results.csv").read_text().splitlines()) == 9
+
+
+def test_rerun_runs_nothing(grid):
+    cfg, out, _ = grid
+    records = sorted((out / "records").glob("*.json"))
+    before = {p: p.stat().st_mtime_ns for p in records}
+    rows_before = _table(out)
+    r = invoke("sweep", cfg, "--workers", 2, "--out-dir", out)
+    assert r.exit_code == 0, r.output
+    assert "8 done before, 0 to run" in r.output and "(0 run now)" in r.output
+    assert {p: p.stat().st_mtime_ns for p in sorted((out / "records").glob("*.json"))} == before
+    assert _table(out) == rows_before
+
+
+def test_failing_cell_is_an_error_row(tmp_path):
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text('algorithms = ["dp-gd", {label = "broken", algo = "dp-gd", params = {stepz = 3}}]\n'
+                   'epsilons = [1.0]\nseeds = [0]\ndata = ["synthetic-logistic:n=300,d=3"]\n'
+                   '[params.dp-gd]\nsteps = 5\n')
+    r = invoke("sweep", cfg, "--workers", 1, "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    rows = {row["algo"]: row for row in _table(tmp_path / "out")}
+    assert rows["dp-gd"]["status"] == "ok"
+    assert rows["broken"]["status"] == "error" and "stepz" in rows["broken"]["error"]
+    assert rows["broken"]["record"] is None and "1 error" in r.output
+    assert len(list((tmp_path / "out" / "records").glob("*.json"))) == 1
+
+
+@pytest.mark.parametrize("text, key", [
+    ("algorithms = [\"dp-gd\"\nepsilons = [1.0]\n", "not valid TOML"),
+    ("algorithms = [\"dp-gd\"]\nepsilons = [1.0]\ndata = [\"x\"]\nepsilonz = [2.0]\n", "epsilonz"),
+    ("algorithms = [\"dp-gd\"]\nepsilons = [-1.0]\ndata = [\"x\"]\n", "epsilons[0]"),
+    ("algorithms = [\"dp-gdd\"]\nepsilons = [1.0]\ndata = [\"x\"]\n", "algorithms[0]"),
+    ("algorithms = [\"dp-gd\"]\nepsilons = [1.0]\nseeds = [0.5]\ndata = [\"x\"]\n", "seeds[0]"),
+    ("algorithms = [\"dp-gd\"]\nepsilons = [1.0]\ndata = [\"x\"]\n[params.dp-sgd]\nsteps = 3\n", "params.dp-sgd"),
+    ("algorithms = [\"dp-gd\"]\nepsilons = [1.0]\ndata = [{name = \"a\", trian = \"x\"}]\n", "data[0].trian"),
+    ("epsilons = [1.0]\ndata = [\"x\"]\n", "algorithms"),
+])
+def test_config_errors_are_one_line_exit_2(tmp_path, text, key):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    r = invoke("sweep", cfg, "--out-dir", tmp_path / "out")
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and key in lines[0], r.output
+    assert not (tmp_path / "out").exists()
+
+
+def _is_real_png(path):
+    import matplotlib.image as mpimg
+    import numpy as np
+
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and len(data) > 5000
+    img = mpimg.imread(str(path))
+    assert float(np.std(img)) > 0.01
+
+
+def test_plot_sweep_and_run_write_real_pngs(grid, tmp_path):
+    _, out, _ = grid
+    png = tmp_path / "acc.png"
+    r = invoke("plot", "sweep", out, "--metric", "test_accuracy", "--out", png)
+    assert r.exit_code == 0, r.output
+    _is_real_png(png)
+    record = sorted((out / "records").glob("*.json"))[0]
+    png2 = tmp_path / "run.png"
+    r = invoke("plot", "run", record, "--out", png2)
+    assert r.exit_code == 0, r.output
+    _is_real_png(png2)
+    r = invoke("plot", "sweep", out, "--metric", "no_such_column", "--out", tmp_path / "x.png")
+    assert r.exit_code == 2 and "no_such_column" in r.output and not (tmp_path / "x.png").exists()
+
+
+def test_sweep_series_mean_and_standard_error():
+    from dpreg_plugins.commands.plot import sweep_series
+
+    rows = [dict(status="ok", data="d", loss="l", algo="a", noise=None, epsilon=1.0, m=v) for v in (1.0, 2.0, 4.0)]
+    rows.append(dict(status="error", data="d", loss="l", algo="a", noise=None, epsilon=1.0, m=None))
+    (eps, mean, sem, k), = sweep_series(rows, "m")["d"]["a"]
+    assert (eps, k) == (1.0, 3) and mean == pytest.approx(7 / 3)
+    assert sem == pytest.approx(math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2 / 3))
+
+
+def test_dask_cluster_gives_the_same_table(grid, tmp_path):
+    pytest.importorskip("distributed")
+    from distributed import Client, LocalCluster
+
+    cfg, out, _ = grid
+    with LocalCluster(processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
+            Client(cluster) as client:
+        r = invoke("sweep", cfg, "--scheduler", client.scheduler.address, "--out-dir", tmp_path / "dask")
+    assert r.exit_code == 0, r.output
+    assert "8 to run" in r.output
+    local, remote = _table(out), _table(tmp_path / "dask")
+    assert len(remote) == 8 and all(row["status"] == "ok" for row in remote)
+    for a, b in zip(local, remote):
+        for k in a:
+            if k in VOLATILE:
+                continue
+            if isinstance(a[k], float):
+                assert b[k] == pytest.approx(a[k], rel=1e-9, abs=1e-12), k
+            else:
+                assert a[k] == b[k], k
+    assert all(os.path.isfile(row["record"]) for row in remote)
+
+
+def test_variants_with_own_epsilons_share_a_label(tmp_path):
+    from dpreg.errors import DpregError
+    from dpreg_plugins.commands.sweep import parse_config
+
+    cfg = {"algorithms": [{"label": "sgd", "algo": "dp-sgd", "epsilons": [1.0], "params": {"step": 0.1}},
+                          {"label": "sgd", "algo": "dp-sgd", "epsilons": [2.0], "params": {"step": 0.2}}],
+           "data": ["synthetic-logistic:n=100,d=2"], "seeds": [0, 1]}
+    cells = parse_config(cfg)
+    assert [(c.algo, c.epsilon, c.params["step"], c.seed) for c in cells] == [
+        ("sgd", 1.0, 0.1, 0), ("sgd", 1.0, 0.1, 1), ("sgd", 2.0, 0.2, 0), ("sgd", 2.0, 0.2, 1)]
+    assert len({c.key() for c in cells}) == 4
+    cfg["algorithms"][1]["epsilons"] = [1.0]
+    with pytest.raises(DpregError, match="share the label"):
+        parse_config(cfg)
+
+
+def test_repository_configs_match_the_experiment_scripts():
+    """benchmarks/sweeps/*.toml describe the experiment scripts' grids."""
+    import importlib.util
+    from pathlib import Path
+
+    from dpreg_plugins.commands.sweep import load_toml, parse_config
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def script(name):
+        spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    sosp = script("experiments_sosp")
+    cells = parse_config(load_toml(bench / "sweeps" / "sosp.toml"), bench / "sweeps")
+    assert {(c.data, c.loss, c.algo, c.noise, c.epsilon, c.seed) for c in cells} == {
+        (dname, loss, a, nz, e, s) for dname in sosp.DATASETS for loss in sosp.LOSSES for a, nz in sosp.METHODS
+        for e in sosp.EPSILONS for s in range(sosp.SEEDS)}
+    assert all(c.delta is None for c in cells)
+    assert all(c.params == ({"noise_aware": False} if "[noise_aware=false]" in c.algo else {}) for c in cells)
+
+    ws = script("experiment_warm_start")
+    cells = parse_config(load_toml(bench / "sweeps" / "warm-start.toml"), bench / "sweeps")
+    got = {(c.algo, c.epsilon, c.seed): (c.algorithm, c.params) for c in cells}
+    want = {(label, e, s): cfg for e in ws.EPSILONS for label, cfg in ws.app_g_configs(e).items()
+            for s in range(1, 11)}
+    assert got == want and all(c.delta == ws.DELTA and c.loss == "lowy-synthetic" for c in cells)
