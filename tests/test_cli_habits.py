@@ -118,3 +118,56 @@ def test_shell_completion_lists_plugin_names():
                        text=True, env=env, timeout=120)
     names = [ln.split(",", 1)[1] for ln in p.stdout.splitlines() if "," in ln]
     assert {"dp-gd", "dp-sgd", "dp-spider"} <= set(names), p.stdout + p.stderr
+
+
+# ------------------------------------------------ the hostile tester's remaining cases
+@pytest.mark.parametrize("spec,msg", [
+    ("synthetic-logistic:N=100", "bad options"),                # a typo is an error, not ignored
+    ("synthetic-logistic:n=100000000000,d=100000", "memory"),   # refused before allocating
+])
+def test_data_set_options_are_checked(spec, msg):
+    assert msg in _one_error_line(_run(["--algo", "dp-gd", "--data", spec]))
+
+
+def test_csv_byte_order_mark_keeps_the_first_record(tmp_path):
+    f = tmp_path / "bom.csv"
+    f.write_bytes("\ufefflabel,a,b\n1,0.5,0.1\n0,0.2,0.3\n1,0.0,1.0\n0,0.1,0.1\n".encode("utf-8"))
+    from dpreg.data import load_file
+
+    X, y, _ = load_file(str(f))
+    assert X.shape == (4, 2) and list(y) == [1, 0, 1, 0]
+    g = tmp_path / "bom-noheader.csv"
+    g.write_bytes("\ufeff1,0.5,0.1\n0,0.2,0.3\n".encode("utf-8"))
+    X, y, _ = load_file(str(g))
+    assert X.shape == (2, 2) and list(y) == [1, 0]  # the first record is not taken for a header
+
+
+def test_npy_named_npz_and_label_last_hint(tmp_path):
+    import numpy as np
+
+    f = tmp_path / "x.npz"
+    with open(f, "wb") as fh:
+        np.save(fh, np.ones((3, 3)))
+    assert "single array (.npy)" in _one_error_line(_run(["--algo", "dp-gd", "--data", str(f)]))
+    c = tmp_path / "last.csv"
+    c.write_text("\n".join(f"{i * 0.37 % 1:.3f},{i % 2}" for i in range(10)))
+    line = _one_error_line(_run(["--algo", "dp-gd", "--data", str(c)]))
+    assert "not binary" in line and "FIRST column" in line
+
+
+def test_huge_feature_index_stays_sparse_or_is_refused(tmp_path):
+    """A 2 kB svmlight file with one index near 10^7 is never densified."""
+    f = tmp_path / "wide.svm"
+    f.write_text("\n".join(["1 1:0.5 3:1", "-1 2:1"] * 100 + ["1 10000000:1"]))
+    res = _run(["--algo", "dp-sgd", "--data", str(f), "--param", "steps=3"])
+    assert res.exit_code == 0 or res.stderr.strip().startswith("error: "), res.output
+    import resource
+
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 4 * 2**20  # KiB: far below 8.5 GB
+
+
+def test_divergence_is_warned(tmp_path):
+    res = _run(["--algo", "dp-gd", "--data", DATA, "--param", "step=1e6", "--param", "steps=20", "--seed", "0",
+                "--epsilon", "0.5", "--out", str(tmp_path / "d.json")])
+    assert res.exit_code in (0, 2)
+    assert ("worse than at w = 0" in res.stderr) or ("diverged" in res.stderr), res.output
