@@ -19,7 +19,7 @@ time:
 2. **row scaling** into the unit ball, ``x <- x / max(1, |x|)`` (always: it is
    what makes the losses' declared constants hold for every record);
 3. **intercept column** (``fit_intercept``, on by default for classifiers): a
-   constant feature ``intercept_scaling`` appended to every record, so the bias
+   constant feature ``intercept_scaling`` (default 0.5) appended to every record, so the bias
    is one more coordinate of ``w`` inside every clipped per-record gradient,
    Hessian and Hessian-vector product - privacy is unchanged, and the row
    norm bound becomes ``sqrt(1 + intercept_scaling^2)`` (:attr:`row_bound`),
@@ -52,7 +52,11 @@ class Preprocessing:
     lower: list[float] | None = None
     upper: list[float] | None = None
     intercept: bool = True
-    intercept_scaling: float = 1.0
+    #: value of the constant feature.  0.5 keeps the row bound at sqrt(1.25) = 1.12, so
+    #: the declared constants (clip, smoothness, hence the step 1/M) grow by 12 % and 25 %
+    #: instead of 41 % and 100 % at 1; chosen on adult's training accuracy with
+    #: adaptive-spider at eps = 1, 3 seeds: 0.811 at 1, 0.825 at 0.5, 0.826 at 0.25
+    intercept_scaling: float = 0.5
 
     def __post_init__(self):
         if self.feature_map not in MODES[1:]:

@@ -95,10 +95,11 @@ def test_released_model_repeats_its_preprocessing(tmp_path):
     model = dpreg.load_model(str(out))
     m = rec["release"]["model"]
     assert m["label_map"] == {"negative": 0.0, "positive": 1.0, "source": "fixed"}
-    assert len(m["weights"]) == 5 and m["intercept"] == pytest.approx(m["weights"][-1])
+    s = m["preprocessing"]["intercept_scaling"]
+    assert len(m["weights"]) == 5 and m["intercept"] == pytest.approx(m["weights"][-1] * s)
     # the same transformation the pipeline applied: row scaling then a constant column
     Xs = X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
-    Xs = np.hstack([Xs, np.ones((400, 1))])
+    Xs = np.hstack([Xs, np.full((400, 1), s)])
     np.testing.assert_allclose(model.decision_function(X), Xs @ np.asarray(m["weights"]), rtol=1e-12, atol=1e-14)
     pred = model.predict(X)
     assert set(np.unique(pred)) <= {0.0, 1.0}
