@@ -58,9 +58,9 @@ def dataset(name: str):
         n //= SCALE
         src = SHARED_DATA / "ijcnn1.trn.bz2"
         if name == "ijcnn1" and src.exists():
-            from dpreg.data import load_file, prepare
+            from dpreg.data import Schema, load_file, prepare
 
-            X, y = load_file(str(src))
+            X, y, _ = load_file(str(src), Schema(22, False))
             X, y = prepare(X, y, labels="binary", where="ijcnn1", copy=False)
             X, y = X[:n].copy(), y[:n].copy()
             desc = f"IJCNN1 training file {X.shape[0]:,} x {X.shape[1]}"
