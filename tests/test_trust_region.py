@@ -233,7 +233,7 @@ def test_noise_free_dp_tr_reaches_an_alpha_sosp_and_the_minimum(registry):
     pb = planted(registry, "logistic-nonconvex-reg", 2000, 5, 7)
     _, rho = pb.constants()[1:]
     alpha = 0.1
-    algo, acc = make(DPTrustRegion, pb, 1e5, 1e-5)
+    algo, acc = make(DPTrustRegion, pb, 1e5, 1e-5, stop="multiplier")  # the paper's rule
     out = algo.run()
     assert out.info["stopped_by_multiplier"]
     w = out.w

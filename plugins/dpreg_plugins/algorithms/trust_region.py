@@ -87,10 +87,13 @@ COMMON = (
               "sigma formulas, the accountant reports the epsilon actually spent",
               "paper: Alg 1 l.1-4 (zCDP) / Alg 2 l.3-4 (advanced composition + subsampling)",
               choices=("calibrated", "paper")),
-    ParamSpec("stop", "str", "multiplier",
-              "multiplier: output w_{k+1} as soon as the TRS multiplier lam <= sqrt(alpha rho); "
+    ParamSpec("stop", "str", "none",
+              "multiplier: output w_{k+1} as soon as the TRS multiplier lam <= sqrt(alpha rho) (Alg 1/2 l.7); "
               "none: run all T steps (the budget is planned for T either way)",
-              "Alg 1/2 l.7 ('multiplier')", choices=("multiplier", "none")),
+              "Alg 1/2 l.7 is 'multiplier'; practical default 'none': the paper's rule fires after 1-2 steps "
+              "(|g| ~ alpha at w = 0) and returns a model at the majority class on adult (0.764 test accuracy, "
+              "eps = 1), while all T steps reach a gap 15x smaller on IJCNN1 (docs/experiment-trust-region.md)",
+              choices=("multiplier", "none")),
 )
 
 
