@@ -125,6 +125,11 @@ class DatasetSource:
     bounds: tuple[list[float], list[float]] | None = None
 
 
+def is_sparse(X) -> bool:
+    """Whether X is a scipy sparse matrix (checked without importing scipy)."""
+    return type(X).__module__.startswith("scipy.sparse")
+
+
 def _strip_compression(path: str) -> str:
     low = path.lower()
     for ext in COMPRESSED:
@@ -284,7 +289,7 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
     pipeline passes arrays it owns): no (n x d) temporary is ever made, rows
     are checked and scaled in blocks of ``_PREP_ROWS``.
     """
-    if type(X).__module__.startswith("scipy.sparse"):
+    if is_sparse(X):
         return _prepare_csr(X, y, labels=labels, where=where, d=d, copy=copy, label_map=label_map,
                             min_rows=min_rows, scale_rows=scale_rows)
     X0 = X

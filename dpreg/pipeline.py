@@ -30,6 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .accounting import check_budget_args
+from .data import is_sparse
 from .errors import DataError, DpregError, ParameterError
 from .params import bind, parse_pairs
 from .registry import get_registry
@@ -68,7 +69,8 @@ class RunConfig:
     ``labels``: the public schema (None: the data set's declared one, else
     inferred and reported).  ``intercept``: None = on for classifier losses.
     ``scaling``: "auto" (the data set's declared public bounds if any, else
-    none), "none", "bounds" (with ``bounds``, a CSV file) or "private" (spends
+    none), "none", "bounds" (with ``bounds``: a CSV file or a (lower, upper)
+    pair of per-feature lists) or "private" (spends
     ``scaling_share`` of epsilon).
     """
 
@@ -173,7 +175,7 @@ def load_data(spec, *, schema, split_seed: int, test: bool = False) -> Loaded:
     if isinstance(spec, (tuple, list)) and len(spec) == 2:
         X, y = spec
         try:
-            if type(X).__module__.startswith("scipy.sparse"):
+            if is_sparse(X):
                 X = X.tocsr().astype(np.float64)
             else:
                 X = np.array(X, dtype=np.float64)
@@ -278,7 +280,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     from .interfaces import secret_seed
     from .preprocess import Preprocessing, private_scales, read_bounds
     from .problem import make_problem
-    from .results import check_writable, to_json, versions, write_atomic
+    from .results import check_writable, to_json, write_atomic
 
     t_start = time.perf_counter()
     warn = cfg.warn or (lambda msg: None)
@@ -345,7 +347,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
         raise ParameterError(f"loss {cfg.loss!r} has its own bias terms: it takes no --intercept")
     intercept = (loss.classifier and not own_model) if cfg.intercept is None else bool(cfg.intercept)
     scaling_info = None
-    if type(X).__module__.startswith("scipy.sparse"):
+    if is_sparse(X):
         if sel_cls is not None:
             raise ParameterError(f"--select {cfg.select} needs dense data; this data set is sparse")
         if cfg.scaling in ("bounds", "private"):
@@ -353,7 +355,8 @@ def run_pipeline(cfg: RunConfig) -> dict:
                                  "sparse data set; use --scaling none for sparse input")
     declared = getattr(tr.source, "bounds", None)
     if cfg.scaling == "bounds" or (cfg.scaling == "auto" and declared is not None):
-        lo, hi = read_bounds(cfg.bounds, d_raw) if cfg.scaling == "bounds" else declared
+        src = cfg.bounds if cfg.scaling == "bounds" else declared
+        lo, hi = read_bounds(src, d_raw) if isinstance(src, str) else (list(src[0]), list(src[1]))
         prep = Preprocessing(d_raw, "bounds", lo, hi, intercept)
     elif cfg.scaling == "private":
         lo, hi, scaling_info = private_scales(X, accountant, _pipeline_rng(cfg, root, 3),
@@ -502,7 +505,6 @@ def privacy_statement(accountant, algo_cls, noise_name, info, cfg, n, scaling_in
 def _baselines(problem, prefix: str) -> dict:
     """Non-private reference points: the majority-class rate, the loss at
     w = 0 and (when cheap) the non-private optimum's loss and accuracy."""
-    from . import metrics
 
     out: dict = {}
     zero = np.zeros(problem.d)

@@ -86,9 +86,9 @@ class Preprocessing:
         """The model's view of raw records ``X`` (n x n_features): feature map,
         unit-ball row scaling, intercept column.  Validates shape and finiteness.
         ``in_place`` lets it overwrite a float64 C-contiguous ``X`` it owns."""
-        from .data import prepare
+        from .data import is_sparse, prepare
 
-        sparse = type(X).__module__.startswith("scipy.sparse")
+        sparse = is_sparse(X)
         if not sparse:
             X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.n_features:

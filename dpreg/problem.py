@@ -45,8 +45,7 @@ def _want_parallel(work: int) -> bool:
     return _WANT_PARALLEL[0](work)
 
 
-def _is_sparse(X) -> bool:
-    return type(X).__module__.startswith("scipy.sparse")
+from .data import is_sparse as _is_sparse  # noqa: E402
 
 
 def _as_csr(X):

@@ -81,8 +81,6 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
 
     def fit(self, X, y):
         """Fit a private model on ``(X, y)``; returns self."""
-        import tempfile
-
         from .pipeline import RunConfig, run_pipeline
 
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=False)
@@ -101,18 +99,12 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         yy = np.where(y == classes[1], 1.0, np.where(y == classes[0], -1.0, np.nan))
         if np.isnan(yy).any():
             raise ValueError(f"y holds labels outside classes={classes.tolist()}")
-        scaling, bounds_file = self.scaling, None
-        with tempfile.TemporaryDirectory() as tmp:
-            if self.bounds is not None:
-                lo, hi = self.bounds
-                bounds_file = f"{tmp}/bounds.csv"
-                np.savetxt(bounds_file, np.vstack([np.asarray(lo, float), np.asarray(hi, float)]), delimiter=",")
-                scaling = "bounds"
-            rec = run_pipeline(RunConfig(
-                algo=self.algorithm, noise=self.noise, loss=self.loss, data=(X, yy), epsilon=self.epsilon,
-                delta=self.delta, accountant=self.accountant, params=dict(self.params or {}),
-                seed=self.random_state, intercept=self.fit_intercept, scaling=scaling, bounds=bounds_file,
-                labels=(-1.0, 1.0), diagnostics="light"))
+        rec = run_pipeline(RunConfig(
+            algo=self.algorithm, noise=self.noise, loss=self.loss, data=(X, yy), epsilon=self.epsilon,
+            delta=self.delta, accountant=self.accountant, params=dict(self.params or {}),
+            seed=self.random_state, intercept=self.fit_intercept,
+            scaling="bounds" if self.bounds is not None else self.scaling, bounds=self.bounds,
+            labels=(-1.0, 1.0), diagnostics="light"))
         from .model import load_model
 
         self.record_ = rec

@@ -44,7 +44,7 @@ _CACHED_RUN = textwrap.dedent("""
     with ev.install_recorder("numba:compile") as rec:
         from dpreg.pipeline import RunConfig, run_pipeline
         from dpreg.registry import get_registry
-        out = run_pipeline(RunConfig(seed=0))
+        out = run_pipeline(RunConfig(seed=0, data="breast-cancer"))  # small: serial kernels only
         # the O2 kernel and the evaluation kernels too, for every loss's scalars
         import numpy as np
         from dpreg.problem import Problem

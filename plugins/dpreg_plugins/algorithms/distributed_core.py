@@ -384,7 +384,7 @@ class DaskBackend:
                         out[j] = futs[j].result()
                     except DpregError:
                         raise
-                    except Exception as exc:  # the client's own error, or the transport's
+                    except Exception:  # the client's own error, or the transport's
                         if self._holders[j].status != "finished":
                             raise self._lost(j) from None
                         raise

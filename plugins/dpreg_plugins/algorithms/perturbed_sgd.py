@@ -62,7 +62,7 @@ import numpy as np
 from dpreg import hookimpl
 from dpreg.access import Exhausted, SinglePass
 from dpreg.errors import ParameterError
-from dpreg.interfaces import Algorithm, NoiseMechanism, RunOutput
+from dpreg.interfaces import Algorithm, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.problem import project
 from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
@@ -314,8 +314,6 @@ class PerturbedSGD(Algorithm):
         if self.noise is None:
             raise ParameterError("perturbed-sgd needs a noise mechanism (--noise)")
         r = self.resolve()
-        eta, chi, S, T_esc, Q = r["eta"], r["chi"], r["escape_radius"], r["escape_steps"], r["repeats"]
-        radius = r["radius"]
         access = SinglePass(pb.n, self.rng("perturbed-sgd batches"))
         est = SpiderEstimator(pb, self.noise, noise_multiplier=r["noise_multiplier"],
                               horizon=r["horizon"], accountant=self.accountant,

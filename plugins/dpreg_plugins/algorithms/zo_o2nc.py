@@ -62,7 +62,7 @@ import numpy as np
 from dpreg import hookimpl
 from dpreg.access import SinglePass
 from dpreg.errors import ParameterError
-from dpreg.interfaces import Algorithm, Participation, RunOutput
+from dpreg.interfaces import Algorithm, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.trajectory import OutputChoice, Trajectory
 from dpreg_plugins.oracles.zeroth_order import ZerothOrderOracle

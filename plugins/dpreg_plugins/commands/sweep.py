@@ -47,7 +47,6 @@ import math
 import os
 import re
 import sys
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
