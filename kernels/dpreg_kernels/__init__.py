@@ -25,9 +25,12 @@ def cache_fallback() -> str | None:
     Runs before numba is first imported (this package's import), and only when
     ``NUMBA_CACHE_DIR`` is unset: it sets ``NUMBA_CACHE_DIR`` to
     ``$DPREG_CACHE_DIR/numba``, else ``$XDG_CACHE_HOME/dpreg/numba``, else
-    ``~/.cache/dpreg/numba`` (the first that can be created), and to numba's
-    config too if numba is already imported.  Returns the directory chosen,
-    or None when nothing was changed."""
+    ``~/.cache/dpreg/numba``, else (no writable home: a container, a service
+    account) ``<tmp>/dpreg-cache-<uid>/numba`` with a one-line notice on
+    stderr -- the first that can be created -- and to numba's config too if
+    numba is already imported.  Returns the directory chosen, or None when
+    nothing was changed (then numba caches beside the sources, or, if even the
+    temporary directory is unwritable, its own error names the problem)."""
     if os.environ.get("NUMBA_CACHE_DIR"):
         return None
     here = os.path.dirname(os.path.abspath(__file__))
@@ -42,9 +45,15 @@ def cache_fallback() -> str | None:
         pass
     if all(_writable(d) for d in dirs if os.path.isdir(d)):
         return None
+    import tempfile
+
     roots = [os.environ.get("DPREG_CACHE_DIR"),
              os.path.join(os.environ["XDG_CACHE_HOME"], "dpreg") if os.environ.get("XDG_CACHE_HOME") else None,
              os.path.join(os.path.expanduser("~"), ".cache", "dpreg")]
+    # last resort (no writable HOME either): a per-user directory under the
+    # system's temporary directory, announced in one line
+    last = os.path.join(tempfile.gettempdir(), f"dpreg-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
+    roots.append(last)
     for root in roots:
         if not root:
             continue
@@ -55,6 +64,11 @@ def cache_fallback() -> str | None:
             continue
         if os.access(target, os.W_OK):
             os.environ["NUMBA_CACHE_DIR"] = target
+            if root == last:
+                import sys
+
+                sys.stderr.write(f"dpreg: no writable cache directory (install, $DPREG_CACHE_DIR, $XDG_CACHE_HOME, "
+                                 f"~/.cache); compiled kernels are cached in {target}\n")
             import sys
 
             if "numba" in sys.modules:  # too late for the environment: tell numba's config
