@@ -94,3 +94,21 @@ def test_prepaid_matches_exactly_one_charge():
     with pytest.raises(BudgetExceededError):
         for _ in range(50):              # a second identical release is not prepaid
             pre.charge(ev)
+
+
+def test_exponential_selection_refuses_a_network_before_the_run(tmp_path, monkeypatch):
+    """The exponential selector scores candidates with the loss's margin kernel,
+    which a network has not: refused when the selector is built, before the run
+    spends any time or budget (issue 19: it used to fail after the run)."""
+    from dpreg_plugins.algorithms.dp_gd import DPGD
+
+    def must_not_run(self):
+        raise AssertionError("the algorithm ran before the selector was refused")
+
+    monkeypatch.setattr(DPGD, "run", must_not_run)
+    out = tmp_path / "r.json"
+    r = CliRunner().invoke(cli, ["run", "--algo", "dp-gd", "--loss", "mlp:hidden=2", "--data", DATA,
+                                 "--select", "exponential", "--out", str(out)])
+    assert r.exit_code == 2, r.output
+    assert "mlp" in r.output and "above-threshold" in r.output and not out.exists()
+    assert "Traceback" not in r.output

@@ -150,7 +150,7 @@ class MLPLoss:
 
     def scalar_kernels(self):
         raise ParameterError("loss 'mlp' is not a linear model: it has no margin kernels "
-                             "(the exponential and above-threshold selectors need one)")
+                             "(the exponential selector scores candidates with one; use --select above-threshold)")
 
     def make_problem(self, X, y, name: str = "") -> "MLPProblem":
         return MLPProblem(self, X, y, name)

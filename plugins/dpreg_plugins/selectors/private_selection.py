@@ -171,6 +171,9 @@ class ExponentialSelector(Selector):
         self.accountant = accountant
         self.rng = rng
         self.radius = float(radius if radius is not None else (problem.loss.radius or 1.0))
+        # the scores need the loss's per-record margin kernel: a loss without one
+        # (mlp) is refused here, when the selector is built -- before any run
+        self._phi = problem.loss.scalar_kernels()[0]
         if lo is None or hi is None:
             dlo, dhi = default_phi_range(problem.loss, self.radius)
             lo = dlo if lo is None else lo
@@ -198,8 +201,7 @@ class ExponentialSelector(Selector):
         if not np.all(np.isfinite(W)):
             raise ParameterError("candidates must be finite")
         pb = self.problem
-        phi = pb.loss.scalar_kernels()[0]
-        s, ncl = clipped_phi_sums(pb.X, pb.y, pb.all_rows, W, phi, self.lo, self.hi)
+        s, ncl = clipped_phi_sums(pb.X, pb.y, pb.all_rows, W, self._phi, self.lo, self.hi)
         psi = np.array([pb.loss.psi(w) for w in W])
         return s - pb.n * self.lo + pb.n * psi, int(ncl)
 
