@@ -123,6 +123,10 @@ class DatasetSource:
     #: public per-feature (lower, upper) bounds the source declares (used by
     #: ``--scaling auto``, the default), or None
     bounds: tuple[list[float], list[float]] | None = None
+    #: the source declares that its features already share one public scale
+    #: (one-hot indicators, features generated at unit scale): ``--scaling
+    #: auto`` then applies no per-feature map and spends nothing on one
+    common_scale: bool = False
 
 
 def is_sparse(X) -> bool:

@@ -68,8 +68,10 @@ class RunConfig:
     the default) or a research seed.  ``features`` / ``zero_based`` /
     ``labels``: the public schema (None: the data set's declared one, else
     inferred and reported).  ``intercept``: None = on for classifier losses.
-    ``scaling``: "auto" (the data set's declared public bounds if any, else
-    none), "none", "bounds" (with ``bounds``: a CSV file or a (lower, upper)
+    ``scaling``: "auto" (the data set's declared public bounds if any; none
+    for a source that declares a common scale or sparse data; else private
+    scales where ``preprocess.private_scaling_pays``
+    -- a rule on public n, d and the budget --, else none), "none", "bounds" (with ``bounds``: a CSV file or a (lower, upper)
     pair of per-feature lists) or "private" (spends
     ``scaling_share`` of epsilon).
     """
@@ -278,7 +280,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     before any private computation when it can be known in advance."""
     from .data import LabelMap, Schema, prepare, split
     from .interfaces import secret_seed
-    from .preprocess import Preprocessing, private_scales, read_bounds
+    from .preprocess import Preprocessing, private_scales, private_scaling_pays, read_bounds
     from .problem import make_problem
     from .results import check_writable, to_json, write_atomic
 
@@ -354,11 +356,17 @@ def run_pipeline(cfg: RunConfig) -> dict:
             raise ParameterError(f"--scaling {cfg.scaling} maps features into [-1, 1], which fills in a "
                                  "sparse data set; use --scaling none for sparse input")
     declared = getattr(tr.source, "bounds", None)
-    if cfg.scaling == "bounds" or (cfg.scaling == "auto" and declared is not None):
+    mode = cfg.scaling
+    if mode == "auto":  # public rule: declared bounds, else private scales where they pay (n, d, eps public)
+        mode = ("bounds" if declared is not None else
+                "none" if getattr(tr.source, "common_scale", False) or is_sparse(X) else
+                "private" if private_scaling_pays(n, d_raw, accountant, cfg.scaling_share * cfg.epsilon)
+                else "none")
+    if mode == "bounds":
         src = cfg.bounds if cfg.scaling == "bounds" else declared
         lo, hi = read_bounds(src, d_raw) if isinstance(src, str) else (list(src[0]), list(src[1]))
         prep = Preprocessing(d_raw, "bounds", lo, hi, intercept)
-    elif cfg.scaling == "private":
+    elif mode == "private":
         lo, hi, scaling_info = private_scales(X, accountant, _pipeline_rng(cfg, root, 3),
                                               cfg.scaling_share * cfg.epsilon)
         prep = Preprocessing(d_raw, "private", lo, hi, intercept)

@@ -192,3 +192,39 @@ def test_defaults_learn_on_the_shipped_data():
         accs.append(rec["diagnostics"]["metrics"]["test_accuracy"])
         assert rec["release"]["model"]["preprocessing"]["feature_map"] == "bounds"
     assert np.mean(accs) >= 0.90, accs
+
+
+def test_scaling_auto_follows_its_public_rule():
+    """--scaling auto: declared bounds when the data set has them; else private
+    scales on dense data where the rule on public n, d and the budget says the
+    estimate is precise; else per-record scaling.  The rule reads no data."""
+    from dpreg.accounting import RdpAccountant
+    from dpreg.preprocess import (AUTO_PRIVATE_MAX_LOG_STD, private_scale_log_std, private_scaling_pays,
+                                  scale_event)
+
+    acc = RdpAccountant(1.0, 1e-6)
+    # the std is z * factor * 6 sqrt(d) / n with z the multiplier 0.1 eps buys
+    z = acc.view(0.1, 1e-6).calibrate(scale_event)
+    assert math.isclose(private_scale_log_std(20000, 5, acc, 0.1), z * 2 * 6 * math.sqrt(5) / 20000, rel_tol=1e-9)
+    assert private_scaling_pays(20000, 5, acc, 0.1) and not private_scaling_pays(1000, 5, acc, 0.1)
+    assert private_scale_log_std(1000, 5, acc, 0.1) > AUTO_PRIVATE_MAX_LOG_STD
+    assert acc.epsilon_spent == 0  # asking charges nothing
+
+    def fmap(data, **kw):
+        rec = dpreg.run(algo="dp-gd", data=data, epsilon=1.0, seed=0, params={"steps": 5}, **kw)
+        return rec, rec["release"]["model"]["preprocessing"]["feature_map"]
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20000, 5)) * np.array([1e-3, 1.0, 10.0, 100.0, 1e3])  # columns on wild scales
+    y = np.where(X[:, 1] + X[:, 2] / 10 > 0, 1.0, -1.0)
+    rec, fm = fmap((X, y))
+    assert fm == "private"
+    assert any(m["what"] == "private feature scales" for m in rec["release"]["privacy"]["mechanisms"])
+    assert rec["release"]["privacy"]["epsilon"] <= 1.0 * (1 + 1e-9)
+    up = rec["release"]["model"]["preprocessing"]["upper"]
+    assert all(0.1 < u / s < 10 for u, s in zip(up, [1e-3, 1.0, 10.0, 100.0, 1e3])), up  # scales found
+    assert fmap((X[:1000], y[:1000]))[1] == "none"  # n too small for a precise estimate
+    assert fmap((X, y), scaling="none")[1] == "none"
+    assert fmap("breast-cancer")[1] == "bounds"  # declared public bounds
+    assert fmap("adult")[1] == "none"  # declares a common scale (one-hot indicators)
+    assert fmap("synthetic-logistic:n=20000,d=5")[1] == "none"  # generated at unit scale
