@@ -69,7 +69,7 @@ def mean(rows, col):
 
 def sd(rows, col):
     v = _vals(rows, col)
-    if len(v) < 2:
+    if len(v) < 2 or min(v) == max(v):
         return 0.0 if v else None
     m = sum(v) / len(v)
     return math.sqrt(sum((x - m) ** 2 for x in v) / (len(v) - 1))
