@@ -313,6 +313,14 @@ def sosp_findings(ok) -> list[str]:
             worse = [f"{lab} ({num(v)})" for lab, v in gmean.items() if v is not None and v >= z0]
             out.append(f"- {where}: the data-independent w = 0 has ‖∇F̂‖ = {num(z0)}; "
                        + (f"not below it: {', '.join(worse)}." if worse else "every method ends below it."))
+        maj = mean(cell, "test_majority_rate")
+        if maj is not None:
+            flat = [lab for lab, g in by.items() if mean(g, "test_accuracy") is not None
+                    and abs(mean(g, "test_accuracy") - maj) < 5e-4]
+            if flat:
+                out.append(f"- {where}: mean test accuracy within 0.05 points of the majority-class rate "
+                           f"({num(maj, 'pct')} %), i.e. no better than predicting one class, for "
+                           f"{', '.join(flat)}" + ("." if len(flat) < len(by) else " (every method)."))
         lam = _vals(cell, "train_lambda_min")
         if lam:
             neg = sum(v < 0 for v in lam)

@@ -82,6 +82,10 @@ def test_sosp_page_from_a_tiny_table():
     assert "perturbed-sgd (gaussian) ran 0–2 escape tests per run (mean 1.0); 1 of 2 runs ran at least one." in page
     assert "adaptive-spider[noise_aware=false] (gaussian) made 4–5 O1 refreshes per run (mean 4.5); 2 of 2" in page
     assert "none has negative curvature" in page
+    assert "majority-class rate" not in page.split("## Findings")[1]  # every method at 80 %, the rate is 75 %
+    flat = [dict(r, test_accuracy=0.75) if r["algo"] == "dp-sgd" else r for r in sosp_table()]
+    assert ("mean test accuracy within 0.05 points of the majority-class rate (75.00 %), i.e. no better than "
+            "predicting one class, for dp-sgd.") in rp.render_sosp(flat)
     assert "seed 2: ParameterError: boom" in page
     assert rp.render_sosp(sosp_table(), "T.json") == page  # a pure function of the table
 
