@@ -225,7 +225,7 @@ def sosp_table(sec, access, panel) -> list[str]:
 
 def _gap(g):
     gaps = [float(r["train_loss"]) - float(r["nonprivate_train_loss"]) for r in g
-            if isinstance(r.get("train_loss"), (int, float)) and isinstance(r.get("nonprivate_train_loss"), (int, float))]
+            if all(isinstance(r.get(c), (int, float)) for c in ("train_loss", "nonprivate_train_loss"))]
     return sum(gaps) / len(gaps) if gaps else None
 
 
@@ -425,9 +425,10 @@ def render_warm_start(rows: list[dict], source: str = "RESULTS") -> str:
                          f"({len(steps)} runs).")
     L += ["", "## Notes (generated from the table)", ""] + notes + [""]
     L += _errors_section(rows)
+    out_dir = "/tmp/dpreg-bench/warm-start"
     L += ["## Reproduce", "",
-          "    NUMBA_NUM_THREADS=1 dpreg sweep benchmarks/sweeps/warm-start.toml --workers 2 --out-dir /tmp/dpreg-bench/warm-start",
-          "    python benchmarks/render_pages.py warm-start /tmp/dpreg-bench/warm-start/results.json > docs/experiment-warm-start.md",
+          f"    NUMBA_NUM_THREADS=1 dpreg sweep benchmarks/sweeps/warm-start.toml --workers 2 --out-dir {out_dir}",
+          f"    python benchmarks/render_pages.py warm-start {out_dir}/results.json > docs/experiment-warm-start.md",
           "", f"Algorithm time over all {len(ok)} finished runs: {sum(_vals(ok, 'run_s')):.0f} s.", ""]
     return "\n".join(L)
 
