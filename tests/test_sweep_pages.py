@@ -113,9 +113,10 @@ def test_warm_start_page_from_a_tiny_table():
     assert "| 1 | warm start | 100 | 50 + 50 | 0.3100 ± 0.0115 |" in page
     assert "| 1 | *w = 0 (data-independent)* | 0 | | 0.0900 ± 0.0000 | 0.1000 ± 0.0000 | 0 | | |" in page
     assert "the best private method (DP-SGD) ends at train ‖∇F̂‖ = 0.3000, above w = 0's 0.0900." in page
-    assert "warm start vs DP-SGD: train ‖∇F̂‖ 0.3100 vs 0.3000: a tie (the difference is within two standard " \
-           "errors" in page
-    assert "warm start vs DP-SPIDER: train ‖∇F̂‖ 0.3100 vs 0.6000: smaller by 0.2900, more than two standard" in page
+    assert "warm start vs DP-SGD: train ‖∇F̂‖ 0.3100 vs 0.3000: a tie (the difference 0.0100 is 0.6 standard " \
+           "errors of the difference (0.0163), within two)." in page
+    assert "warm start vs DP-SPIDER: train ‖∇F̂‖ 0.3100 vs 0.6000: smaller by 0.2900, 25.0 standard errors" in page
+    assert "At every ε the data-independent w = 0 (train ‖∇F̂‖ = 0.0900) is below every private output" in page
     assert "every warm-start run made 100 steps in total (3 runs)." in page
 
 
