@@ -160,8 +160,8 @@ def render_sosp(rows: list[dict], source: str = "RESULTS") -> str:
          "runs it (`dpreg info NAME`).", "",
          "**Metrics** (diagnostics computed after each run, not released): ‖∇F̂‖ and λ_min are the gradient "
          "norm and the smallest Hessian eigenvalue of the *training* (empirical) objective F̂ at the returned "
-         "point; F̂ − F̂_np is its training loss minus that of a non-private L-BFGS reference from w = 0 (a "
-         "local minimum for these non-convex losses: a negative value means the private point is lower); "
+         "point; F̂ − F̂_np is its training loss minus that of the pipeline's non-private reference (L-BFGS from "
+         "w = 0, at most 200 iterations; a negative value means the private point is lower); "
          "test accuracy is on the official test split, in %; z is the released noise multiplier of the "
          "(first) mechanism; time is the algorithm's run in seconds on 1 numba thread, on 2 CPU cores "
          "shared with other work (compare within a table only).", "",
