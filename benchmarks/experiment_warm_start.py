@@ -12,7 +12,13 @@ validation draws (seeds never used for the reported trials) by the mean train
 gradient norm over ``--val-trials`` draws.  Accounting: RDP, add-remove (both
 stages Poisson-subsample), calibrated to exactly (eps, delta) per run.
 
-    python benchmarks/experiment_warm_start.py            # writes docs/experiment-warm-start.md
+docs/experiment-warm-start.md is rendered from the App. G grid as a dpreg
+sweep (benchmarks/sweeps/warm-start.toml, ``python benchmarks/render_pages.py
+warm-start``); this script stays for what a grid cannot express - the tuned
+set (a tuning loop) and the paper's per-trial fresh data and random start -
+and writes its own page to ``$DPREG_BENCH_DIR`` (default /tmp/dpreg-bench).
+
+    python benchmarks/experiment_warm_start.py            # writes $DPREG_BENCH_DIR/experiment-warm-start-script.md
     /tmp/probe/bin/python benchmarks/experiment_warm_start.py --quick    # 2 trials, small grid (smoke test)
 """
 from __future__ import annotations
@@ -161,7 +167,8 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--val-trials", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="2 trials, 1 validation draw, tiny grid")
-    ap.add_argument("--out", default=str(ROOT / "docs" / "experiment-warm-start.md"))
+    ap.add_argument("--out", default=str(Path(os.environ.get("DPREG_BENCH_DIR", "/tmp/dpreg-bench"))
+                                         / "experiment-warm-start-script.md"))
     ap.add_argument("--json", default=None, help="also write raw results here")
     ap.add_argument("--app-g-only", action="store_true",
                     help="App. G hyper-parameters only (skip the tuning grid: about 1/20 of the CPU)")

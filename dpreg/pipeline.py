@@ -511,12 +511,13 @@ def privacy_statement(accountant, algo_cls, noise_name, info, cfg, n, scaling_in
 
 
 def _baselines(problem, prefix: str) -> dict:
-    """Non-private reference points: the majority-class rate, the loss at
-    w = 0 and (when cheap) the non-private optimum's loss and accuracy."""
+    """Non-private reference points: the majority-class rate, the loss and
+    the gradient norm at w = 0 (the data-independent output)."""
 
     out: dict = {}
     zero = np.zeros(problem.d)
     out[f"{prefix}_loss_at_zero"] = float(problem.value(zero))
+    out[f"{prefix}_grad_norm_at_zero"] = float(np.linalg.norm(problem.gradient(zero)))
     if problem.loss.classifier:
         pos = float(np.mean(problem.y > 0))
         out[f"{prefix}_majority_rate"] = max(pos, 1.0 - pos)

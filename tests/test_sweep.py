@@ -65,6 +65,13 @@ def test_grid_writes_eight_records_and_a_table_of_eight_ok_rows(grid):
         assert rec["release"]["config"]["algo"] == r["algo"]
         assert rec["release"]["privacy"]["epsilon"] == r["epsilon_spent"]
         assert rec["release"]["config"]["params_given"]["steps"] == 30
+        # usage, data access and the w = 0 reference read off the record (the experiment pages need them)
+        assert (r["n"], r["d"]) == (rec["diagnostics"]["problem"]["n"], rec["diagnostics"]["problem"]["d"])
+        assert r["data_access"] == "resample" and r["iterations"] == 30 and r["params"] == "steps=30"
+        assert r["gradient_evaluations"] == rec["diagnostics"]["usage"]["gradient_evaluations"] > 0
+        assert r["train_grad_norm_at_zero"] > 0 and 0.5 <= r["test_majority_rate"] <= 1
+        assert r["escape_tests"] is None and r["alpha"] is None  # run_info constants these algorithms lack
+    assert all(r["gradient_evaluations"] == 30 * r["n"] for r in rows if r["algo"] == "dp-gd")
     # a larger epsilon means less noise
     nm = {(r["algo"], r["epsilon"]): r["noise_multiplier"] for r in rows}
     assert nm[("dp-gd", 2.0)] < nm[("dp-gd", 1.0)]
@@ -193,32 +200,45 @@ def test_variants_with_own_epsilons_share_a_label(tmp_path):
         parse_config(cfg)
 
 
-def test_repository_configs_match_the_experiment_scripts():
-    """benchmarks/sweeps/*.toml describe the experiment scripts' grids."""
+def test_repository_configs_are_the_pages_grids():
+    """benchmarks/sweeps/*.toml: the SOSP page's issue-11 grid, and App. G of the warm-start script."""
     import importlib.util
     from pathlib import Path
 
     from dpreg_plugins.commands.sweep import load_toml, parse_config
 
     bench = Path(__file__).resolve().parents[1] / "benchmarks"
-
-    def script(name):
-        spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        return mod
-
-    sosp = script("experiments_sosp")
     cells = parse_config(load_toml(bench / "sweeps" / "sosp.toml"), bench / "sweeps")
+    methods = {(a, nz) for a in ("dp-spider", "adaptive-spider", "perturbed-sgd", "adaptive-spider[noise_aware=false]")
+               for nz in ("gaussian", "tree")} | {("dp-sgd", None), ("dp-gd", None)}
     assert {(c.data, c.loss, c.algo, c.noise, c.epsilon, c.seed) for c in cells} == {
-        (dname, loss, a, nz, e, s) for dname in sosp.DATASETS for loss in sosp.LOSSES for a, nz in sosp.METHODS
-        for e in sosp.EPSILONS for s in range(sosp.SEEDS)}
-    assert all(c.delta is None for c in cells)
+        ("a9a", loss, a, nz, 1.0, s) for loss in ("sigmoid-l2", "logistic-nonconvex-reg") for a, nz in methods
+        for s in range(5)}
+    assert len(cells) == 100 and all(c.delta is None for c in cells)
     assert all(c.params == ({"noise_aware": False} if "[noise_aware=false]" in c.algo else {}) for c in cells)
+    assert all(Path(c.train).is_file() for c in cells) or not (bench.parent.parent / "shared").exists()
 
-    ws = script("experiment_warm_start")
+    spec = importlib.util.spec_from_file_location("experiment_warm_start", bench / "experiment_warm_start.py")
+    ws = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ws)
     cells = parse_config(load_toml(bench / "sweeps" / "warm-start.toml"), bench / "sweeps")
     got = {(c.algo, c.epsilon, c.seed): (c.algorithm, c.params) for c in cells}
     want = {(label, e, s): cfg for e in ws.EPSILONS for label, cfg in ws.app_g_configs(e).items()
             for s in range(1, 11)}
     assert got == want and all(c.delta == ws.DELTA and c.loss == "lowy-synthetic" for c in cells)
+
+
+def test_the_table_of_a_real_sweep_renders_the_sosp_page(grid):
+    """The page renderer reads a table dpreg sweep really wrote (its columns, its units)."""
+    import importlib.util
+    from pathlib import Path
+
+    _, out, _ = grid
+    spec = importlib.util.spec_from_file_location(
+        "render_pages", Path(__file__).resolve().parents[1] / "benchmarks" / "render_pages.py")
+    rp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rp)
+    page = rp.render("sosp", str(out / "results.json"))
+    assert "### ERM, many passes" in page and "### single pass, population" not in page
+    n = _table(out)[0]["n"]
+    assert "| dp-gd | 1 |" in page and f"| {30 * n:,} | 30.0 |" in page  # 30 full-batch steps = 30 passes

@@ -57,9 +57,19 @@ from dpreg import hookimpl
 from dpreg.errors import DpregError
 
 #: the table's columns, in order
-COLUMNS = ("algo", "noise", "loss", "data", "epsilon", "delta", "seed", "status", "epsilon_spent",
-           "noise_multiplier", "train_accuracy", "test_accuracy", "train_loss", "test_loss", "train_grad_norm",
-           "train_lambda_min", "test_grad_norm", "run_s", "record", "error")
+COLUMNS = ("algo", "noise", "loss", "data", "epsilon", "delta", "seed", "status", "params", "n", "d",
+           "data_access", "epsilon_spent", "noise_multiplier", "iterations", "records_used", "gradient_evaluations",
+           "alpha", "kappa", "batch1", "batch2", "o1_refreshes", "escape_tests",
+           "train_accuracy", "test_accuracy", "train_loss", "test_loss", "train_grad_norm",
+           "train_lambda_min", "test_grad_norm", "train_grad_norm_at_zero", "test_grad_norm_at_zero",
+           "test_majority_rate", "nonprivate_train_loss", "run_s", "record", "error")
+
+#: run_info keys read into the table: column -> the algorithms' names for it, first present wins
+#: (batch1: the O1 / large batch; batch2: the O2 batch, its mean when adaptive; o1_refreshes: O1
+#: calls - adaptive-spider's phases, perturbed-sgd's O1 queries, dp-spider's phases)
+RUN_INFO_COLUMNS = {"alpha": ("alpha",), "kappa": ("kappa",), "batch1": ("batch1", "batch_o1"),
+                    "batch2": ("batch2", "batch_o2_mean"), "o1_refreshes": ("o1_refreshes", "o1_queries", "phases"),
+                    "escape_tests": ("escape_tests",)}
 
 TOP_KEYS = {"algorithms", "noises", "epsilons", "seeds", "data", "loss", "test_data", "delta", "accountant",
             "diagnostics", "params"}
@@ -295,7 +305,7 @@ def run_cell(cell: Cell, path: str) -> dict:
 def _base_row(cell: Cell) -> dict:
     row = dict.fromkeys(COLUMNS)
     row.update(algo=cell.algo, noise=cell.noise, loss=cell.loss, data=cell.data, epsilon=cell.epsilon,
-               delta=cell.delta, seed=cell.seed)
+               delta=cell.delta, seed=cell.seed, params=format_params(cell.params))
     return row
 
 
@@ -312,13 +322,27 @@ def record_row(cell: Cell, rec: dict, path: str) -> dict:
     priv = rel.get("privacy", {})
     mech = [m.get("noise_multiplier") for m in priv.get("mechanisms", []) if m.get("noise_multiplier") is not None]
     metrics, timing = diag.get("metrics") or {}, diag.get("timing") or {}
+    usage, problem, info = diag.get("usage") or {}, diag.get("problem") or {}, diag.get("run_info") or {}
+    base = diag.get("baselines") or {}
     row.update(status="ok", delta=rel.get("config", {}).get("delta", cell.delta),
+               data_access=rel.get("config", {}).get("data_access"), n=problem.get("n"), d=problem.get("d"),
                epsilon_spent=priv.get("epsilon"), noise_multiplier=mech[0] if mech else None,
                run_s=timing.get("run_s"), record=str(path))
+    for k in ("iterations", "records_used", "gradient_evaluations"):
+        row[k] = usage.get(k)
+    for col, names in RUN_INFO_COLUMNS.items():
+        row[col] = next((info[k] for k in names if isinstance(info.get(k), (int, float))), None)
     for k in ("train_accuracy", "test_accuracy", "train_loss", "test_loss", "train_grad_norm", "train_lambda_min",
               "test_grad_norm"):
         row[k] = metrics.get(k)
+    for k in ("train_grad_norm_at_zero", "test_grad_norm_at_zero", "test_majority_rate", "nonprivate_train_loss"):
+        row[k] = base.get(k)
     return row
+
+
+def format_params(params: dict) -> str | None:
+    """A cell's fixed parameters as one table cell: ``k=v; k=v`` in key order (None if none)."""
+    return "; ".join(f"{k}={v}" for k, v in sorted(params.items())) or None
 
 
 # --------------------------------------------------------------------------- the sweep
