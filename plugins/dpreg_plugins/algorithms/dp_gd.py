@@ -48,8 +48,9 @@ def plan_noise(accountant, make_event, fixed):
         eps = accountant.epsilon_of_plan(event)
         budget = accountant.epsilon_budget
         raise BudgetExceededError(
-            f"noise multiplier {z:g} is too small for this budget: the planned run spends eps={eps:.4g} > "
-            f"budget {budget:g} at delta={accountant.delta:g} (nothing was released); raise --noise-multiplier, "
+            f"plan spends eps={eps:.4g} > budget {budget:g} (over by {eps - budget:.4g}) at "
+            f"delta={accountant.delta:g}: noise multiplier {z:g} is too small for this budget (nothing was "
+            f"released); raise --noise-multiplier, "
             f"run fewer steps (--epochs or --param steps), raise --epsilon, or omit --noise-multiplier to have "
             f"it calibrated to the budget")
     accountant.reserve(event)  # as calibrate() does: the plan's releases are covered

@@ -170,7 +170,7 @@ class WarmStart(Algorithm):
         if eps1 + eps_sel >= eps and warm != "none" and then != "none":
             raise ParameterError(
                 f"warm-start: warm_fraction={p['warm_fraction']:g} + select_fraction="
-                f"{p['select_fraction'] if eps_sel else 0:g} leaves no budget for stage B ({then}): lower "
+                f"{p['select_fraction'] if eps_sel else 0:g} must leave budget for stage B ({then}): lower "
                 f"warm_fraction (Alg. 2 uses 0.5, App. G 0.25) or select_fraction so that they sum below 1")
         info: dict = {"warm": warm, "then": then, "split": p["split"]}
         traj = Trajectory(1)
