@@ -208,3 +208,11 @@ def test_warm_start_theory_is_algorithm_2():
     assert info["warm_info"]["preset"] == "theory" and info["warm_info"]["output"] == "random"
     assert info["theory_missing"] == ["dp-spider"]
     assert rec["release"]["privacy"]["epsilon"] <= 1.0
+
+
+def test_a_name_and_its_parameter_give_the_same_run():
+    a = dpreg.run(algo="dp-gd", data=SMALL, seed=3, epochs=5, lr=0.7, max_grad_norm=0.9, diagnostics=False)
+    b = dpreg.run(algo="dp-gd", data=SMALL, seed=3, params={"steps": 5, "step": 0.7, "clip": 0.9},
+                  diagnostics=False)
+    np.testing.assert_array_equal(a["release"]["model"]["weights"], b["release"]["model"]["weights"])
+    assert a["release"]["privacy"]["epsilon"] == b["release"]["privacy"]["epsilon"]
