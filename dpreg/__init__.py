@@ -18,7 +18,9 @@ __all__ = ["hookimpl", "run", "load_model", "__version__"]
 def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = "logistic",
         data: Any = "adult", test_data: Any = None, test_fraction: float | None = None,
         epsilon: float = 1.0, delta: float | None = None, accountant: str = "rdp",
-        params: dict[str, Any] | list[str] | None = None, seed: int | None = None, split_seed: int = 0,
+        params: dict[str, Any] | list[str] | None = None, epochs: float | None = None, lr: float | None = None,
+        batch_size: int | None = None, max_grad_norm: float | None = None,
+        noise_multiplier: float | None = None, seed: int | None = None, split_seed: int = 0,
         features: int | None = None, zero_based: bool | None = None, labels: Any = None,
         intercept: bool | None = None, scaling: str = "auto", bounds: str | None = None,
         scaling_share: float = 0.1, alpha: float | None = None, select: str | None = None,
@@ -32,14 +34,22 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     pair of arrays (numpy or scipy.sparse).  ``seed=None`` (the default) draws
     the mechanisms' randomness from OS entropy; an integer is the reproducible
     research mode (keep it secret).  Every user error raises
-    :class:`dpreg.errors.DpregError`.  See :class:`dpreg.pipeline.RunConfig`
-    for the other options.
+    :class:`dpreg.errors.DpregError`.  ``epochs``, ``lr``, ``batch_size``,
+    ``max_grad_norm``, ``noise_multiplier``: the practitioner names of the
+    algorithm's own parameters (``dpreg info ALGO``), as ``dpreg run``'s
+    ``--epochs`` etc.; ``noise_multiplier`` fixes the multiplier (refused
+    before any release if it would exceed ``epsilon``).  See
+    :class:`dpreg.pipeline.RunConfig` for the other options.
     """
+    from .params import practitioner_params
     from .pipeline import RunConfig, run_pipeline
 
+    params = practitioner_params(algo, params if params is not None else {},
+                                 dict(epochs=epochs, lr=lr, batch_size=batch_size, max_grad_norm=max_grad_norm,
+                                      noise_multiplier=noise_multiplier))
     return run_pipeline(RunConfig(
         algo=algo, noise=noise, loss=loss, data=data, test_data=test_data, test_fraction=test_fraction,
-        epsilon=epsilon, delta=delta, accountant=accountant, params=params if params is not None else {},
+        epsilon=epsilon, delta=delta, accountant=accountant, params=params,
         seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
         intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share, alpha=alpha,
         select=select, select_share=select_share, out=out, diagnostics=diagnostics, progress=progress,

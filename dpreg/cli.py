@@ -106,7 +106,7 @@ def _complete(kind):
 CONFIG_KEYS = ("algo", "noise", "loss", "data", "test_data", "test_fraction", "epsilon", "delta", "accountant",
                "params", "seed", "split_seed", "features", "zero_based", "labels", "intercept", "scaling",
                "bounds", "scaling_share", "alpha", "select", "select_share", "out", "threads", "backend",
-               "scheduler")
+               "scheduler", "epochs", "lr", "batch_size", "max_grad_norm", "noise_multiplier")
 
 
 def _read_config(ctx, param, path):
@@ -156,6 +156,14 @@ def _read_config(ctx, param, path):
 @click.option("--delta", type=float, default=None, help="privacy budget delta in (0,1) [default: min(1e-5, 1/(10 n))]")
 @click.option("--accountant", default="rdp", show_default=True, help="accountant name")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE", help="algorithm parameter (repeatable; see dpreg info ALGO)")
+@click.option("--epochs", type=float, default=None,
+              help="passes over the data (multi-pass algorithms; mapped to the algorithm's own parameter)")
+@click.option("--lr", type=float, default=None, help="step size (the algorithm's step, eta)")
+@click.option("--batch-size", type=int, default=None, help="(expected) batch size (the algorithm's batch, b)")
+@click.option("--max-grad-norm", type=float, default=None, help="per-record gradient clipping bound (clip, C)")
+@click.option("--noise-multiplier", type=float, default=None,
+              help="fix the noise multiplier instead of calibrating it; the run is refused before any "
+                   "release if it would spend more than --epsilon, else the record reports the epsilon spent")
 @click.option("--seed", type=int, default=None,
               help="research mode: reproducible noise from this seed (the guarantee then holds only while "
                    "it stays secret) [default: secret OS entropy]")
@@ -196,10 +204,17 @@ def _read_config(ctx, param, path):
               help="compute no diagnostics: the record is the release alone (safe to publish)")
 @click.option("--json", "as_json", is_flag=True, help="print the whole JSON record on stdout")
 @user_errors
-def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, seed, split_seed,
+def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, epochs, lr,
+        batch_size, max_grad_norm, noise_multiplier, seed, split_seed,
         features, zero_based, labels, intercept, scaling, bounds, scaling_share, alpha, select, select_share, out,
         force, threads, quiet, verbose, backend, scheduler, no_diagnostics, as_json):
-    """Run one private optimization and report privacy spent and metrics."""
+    """Run one private optimization and report privacy spent and metrics.
+
+    --epochs, --lr, --batch-size, --max-grad-norm and --noise-multiplier are
+    the practitioner names of the algorithm's own parameters (dpreg info ALGO
+    shows the mapping); an algorithm without a counterpart refuses the option.
+    """
+    from .params import practitioner_params
     from .pipeline import DEFAULTS, RunConfig, run_pipeline
     from .results import free_name, to_json, write_atomic
 
@@ -214,6 +229,9 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
         params.append(f"backend={backend}")
     if scheduler is not None:
         params.append(f"scheduler={scheduler}")
+    params = practitioner_params(algo or DEFAULTS["algo"], params,
+                                 dict(epochs=epochs, lr=lr, batch_size=batch_size, max_grad_norm=max_grad_norm,
+                                      noise_multiplier=noise_multiplier), style="cli")
 
     def warn(msg):
         if not quiet:
@@ -449,6 +467,7 @@ def info(name):
             click.echo(f"  data access: {obj.data_access}; takes --noise: {noise}")
             click.echo(f"  neighbouring relation: {text}" + (relation[len(relation.split(' ')[0]):]
                                                              if relation.split(" ")[0] in RELATION_TEXT else ""))
+            _practitioner_lines(obj)
         if e.kind == "loss":
             click.echo(f"  labels: {obj.labels}; feasible radius: {obj.radius}")
             doc = (type(obj).__doc__ or "").strip()
@@ -457,15 +476,36 @@ def info(name):
         specs = getattr(obj, "params", ())
         if specs:
             click.echo("  parameters (--param key=value):")
+            aliases = {}
+            if e.kind == "algorithm":
+                from .params import option_name, practitioner_targets
+
+                aliases = {v: option_name(k) for k, v in practitioner_targets(obj).items()}
             for s in specs:
                 default = "derived" if s.default is None else repr(s.default)
-                click.echo(f"    {s.name} ({s.type}, default {default}): {s.help}")
+                alias = f"; {aliases[s.name]}" if s.name in aliases else ""
+                click.echo(f"    {s.name} ({s.type}, default {default}{alias}): {s.help}")
                 if s.formula:
                     click.echo(f"        formula: {s.formula}")
         doc = (getattr(obj, "__doc__", "") or "") if e.kind != "loss" else ""
         mod = sys.modules.get(getattr(obj, "__module__", ""), None)
         if e.kind in ("algorithm", "noise") and mod is not None and mod.__doc__:
             click.echo("  " + "\n  ".join(ln for ln in mod.__doc__.strip().splitlines()))
+
+
+def _practitioner_lines(cls):
+    """``dpreg info``: the practitioner names next to the algorithm's own
+    parameters, why the others do not apply, and whether preset=theory exists."""
+    from .params import MISSING, PRACTITIONER, option_name, practitioner_table
+
+    table = practitioner_table(cls)
+    names = {s.name for s in cls.params}
+    click.echo("  practitioner names (Opacus-style; each sets the parameter shown):")
+    for key in PRACTITIONER:
+        value = table.get(key) or MISSING[key]
+        click.echo(f"    {option_name(key):<19}" + (f"-> {value}" if value in names else f"not taken: {value}"))
+    if "preset" not in names:
+        click.echo(f"  preset=theory: not offered: {cls.theory_note or 'it declares no preset parameter'}")
 
 
 def _load_plugin_commands():

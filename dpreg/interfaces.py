@@ -296,6 +296,14 @@ class Algorithm(ABC):
     relation: ClassVar[str] = "replace-one"
     #: whether :meth:`run` starts from :attr:`init` when it is set
     honours_init: ClassVar[bool] = False
+    #: practitioner (Opacus-style) names -> this algorithm's parameter names,
+    #: e.g. ``{"lr": "step", "batch_size": "batch"}``; a value that is not a
+    #: parameter name is the sentence saying why there is no counterpart.
+    #: None: derived from the parameter names (:func:`dpreg.params.practitioner_table`)
+    practitioner: ClassVar[dict[str, str] | None] = None
+    #: why ``--param preset=theory`` is not offered (algorithms without a
+    #: ``preset`` parameter); shown by ``dpreg info`` and in the refusal
+    theory_note: ClassVar[str] = ""
     #: optional starting point, set by a meta-algorithm (warm start) after
     #: construction and before :meth:`run`; None: the algorithm's own default
     #: (the problem's initial point).  Algorithms that read it set ``honours_init = True`` and

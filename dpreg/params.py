@@ -104,3 +104,126 @@ def bind(specs: Iterable[ParamSpec], given: Mapping[str, Any], owner: str) -> di
             f"unknown parameter {unknown[0]!r} for {owner}; valid parameters: {valid}"
         )
     return {s.name: (s.parse(given[s.name]) if s.name in given else s.default) for s in specs}
+
+
+# ------------------------------------------------------------- practitioner names
+#: the practitioner (Opacus-style) names ``dpreg run``, :func:`dpreg.run` and
+#: :class:`dpreg.sklearn.DPClassifier` accept beside ``--param``; each
+#: algorithm maps them to its own parameters through its ``practitioner`` table
+PRACTITIONER = ("epochs", "lr", "batch_size", "max_grad_norm", "noise_multiplier")
+
+#: the table of an algorithm that declares none: practitioner name -> the
+#: parameter name that plays that role wherever an algorithm has it
+DERIVED = {"epochs": "epochs", "lr": "step", "batch_size": "batch", "max_grad_norm": "clip",
+           "noise_multiplier": "noise_multiplier"}
+
+
+#: why an algorithm whose table has no entry for a name does not take it
+MISSING = {"epochs": "it has no epoch count (its run length is its own parameter, see dpreg info)",
+           "lr": "it has no step-size parameter",
+           "batch_size": "it has no single batch-size parameter",
+           "max_grad_norm": "it has no per-record gradient clipping bound parameter",
+           "noise_multiplier": "its noise multiplier is always calibrated to the budget"}
+
+
+def option_name(key: str, style: str = "cli") -> str:
+    """How the user spells practitioner name ``key``: ``--batch-size`` on the
+    command line (style "cli"), ``batch_size=`` in Python."""
+    return "--" + key.replace("_", "-") if style == "cli" else f"{key}="
+
+
+def _param_name(target: str, style: str) -> str:
+    return f"--param {target}=..." if style == "cli" else f"params[{target!r}]"
+
+
+def practitioner_table(cls) -> dict[str, str]:
+    """``{practitioner name: value}`` for algorithm class ``cls``: its
+    declared ``practitioner`` table, or (None) :data:`DERIVED` restricted to
+    the parameters it has.  A value is either one of its ParamSpec names (the
+    option sets that parameter) or a sentence saying why the algorithm has no
+    counterpart.  A single-pass algorithm never takes ``epochs``."""
+    names = {s.name for s in cls.params}
+    declared = getattr(cls, "practitioner", None)
+    if declared is None:
+        table = {k: v for k, v in DERIVED.items() if v in names}
+    else:
+        table = dict(declared)
+    if getattr(cls, "data_access", "") == "single-pass":
+        table["epochs"] = ("it is single-pass: every record is used at most once, so a run is one epoch "
+                           "by construction and ends when the data run out")
+    return table
+
+
+def practitioner_targets(cls) -> dict[str, str]:
+    """The practitioner names ``cls`` takes, mapped to its parameter names."""
+    names = {s.name for s in cls.params}
+    return {k: v for k, v in practitioner_table(cls).items() if v in names}
+
+
+def apply_practitioner(cls, params: Any, names: Mapping[str, Any] | None, *, style: str = "python") -> dict:
+    """``params`` (a dict, or a list of ``"key=value"``) with the practitioner
+    options ``names`` (None values: not given) written into the algorithm's
+    own parameters through :func:`practitioner_table`.
+
+    One-line ParameterError (naming the algorithm and the options it does
+    take) for an option the algorithm has no counterpart for, for an option
+    given together with the parameter it maps to, for a practitioner name
+    given as a ``--param`` key, and for ``preset`` on an algorithm that
+    declares no preset (its ``theory_note`` says why)."""
+    given = parse_pairs(params) if isinstance(params, (list, tuple)) else dict(params or {})
+    names = {k: v for k, v in (names or {}).items() if v is not None}
+    algo = getattr(cls, "name", "") or cls.__name__
+    specs = {s.name: s for s in cls.params}
+    targets = practitioner_targets(cls)
+    takes = ", ".join(f"{option_name(k, style)} ({v})" for k, v in targets.items()) or "none of them"
+    unknown = sorted(set(names) - set(PRACTITIONER))
+    if unknown:
+        raise ParameterError(f"unknown practitioner option {unknown[0]!r}; the options are "
+                             f"{', '.join(option_name(k, style) for k in PRACTITIONER)}")
+    if "preset" in given and "preset" not in specs:
+        note = getattr(cls, "theory_note", "") or (f"it declares no 'preset' parameter (dpreg info {algo} "
+                                                   f"shows which of its defaults are paper formulas)")
+        raise ParameterError(f"algorithm {algo!r} offers no preset=theory: {note}")
+    for key in PRACTITIONER:
+        if key in given and key not in specs:
+            hint = (f"use {option_name(key, style)}, which {algo} maps to {targets[key]!r}" if key in targets
+                    else f"{algo} has no counterpart for {option_name(key, style)}")
+            raise ParameterError(f"{key!r} is a practitioner name, not a parameter of {algo}: {hint}")
+    table = practitioner_table(cls)
+    for key in PRACTITIONER:
+        if key not in names:
+            continue
+        opt = option_name(key, style)
+        target = table.get(key)
+        if target not in specs:
+            why = target or MISSING.get(key, "it has no parameter in that role")
+            raise ParameterError(f"algorithm {algo!r} has no counterpart for {opt}: {why}; "
+                                 f"it takes {takes} (dpreg info {algo})")
+        if target in given:
+            raise ParameterError(f"give either {opt} or {_param_name(target, style)}, not both "
+                                 f"({opt} is {algo}'s {target!r})")
+        try:
+            specs[target].parse(names[key])
+        except ParameterError as exc:
+            raise ParameterError(f"{opt} ({algo}'s {target!r}): {exc}") from None
+        given[target] = names[key]
+    if "epochs" in given and "steps" in given and "epochs" in specs:
+        raise ParameterError(f"give either {option_name('epochs', style)} or {_param_name('steps', style)}, "
+                             f"not both (two ways to set the length of a {algo} run)")
+    return given
+
+
+def practitioner_params(algo: str, params: Any, names: Mapping[str, Any] | None, *,
+                        style: str = "python") -> Any:
+    """:func:`apply_practitioner` for the registered algorithm named ``algo``;
+    ``params`` comes back unchanged when no practitioner option is given and
+    no ``preset`` key needs checking (so an unknown algorithm name is reported
+    where it always was, by the pipeline)."""
+    names = {k: v for k, v in (names or {}).items() if v is not None}
+    if not names:
+        keys = parse_pairs(params) if isinstance(params, (list, tuple)) else dict(params or {})
+        if "preset" not in keys and not set(keys) & set(PRACTITIONER):
+            return params
+    from .registry import get_registry
+
+    return apply_practitioner(get_registry().get("algorithm", algo), params, names, style=style)

@@ -43,6 +43,9 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     algorithm, noise, loss, accountant: registered names (``dpreg list``)
     epsilon, delta:  the privacy budget of one ``fit`` (delta None: min(1e-5, 1/(10 n)))
     params:          algorithm parameters, e.g. ``{"steps": 200}`` (``dpreg info ALGO``)
+    epochs, lr, batch_size, max_grad_norm, noise_multiplier:
+                     practitioner names of the algorithm's own parameters (None: not given;
+                     ``noise_multiplier`` fixes the multiplier, refused if over the budget)
     fit_intercept:   a bias coordinate inside every clipped per-record gradient
     scaling, bounds: per-feature map ("none", or "bounds" with ``bounds=(lower, upper)``
                      lists of public per-feature bounds)
@@ -58,7 +61,9 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, algorithm: str = "dp-sgd", noise: str | None = None, loss: str = "logistic",
                  epsilon: float = 1.0, delta: float | None = None, accountant: str = "rdp",
                  params: dict[str, Any] | None = None, fit_intercept: bool = True, scaling: str = "none",
-                 bounds: tuple | None = None, classes: tuple | None = None, random_state: int | None = None):
+                 bounds: tuple | None = None, classes: tuple | None = None, random_state: int | None = None,
+                 epochs: float | None = None, lr: float | None = None, batch_size: int | None = None,
+                 max_grad_norm: float | None = None, noise_multiplier: float | None = None):
         self.algorithm = algorithm
         self.noise = noise
         self.loss = loss
@@ -71,6 +76,11 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         self.bounds = bounds
         self.classes = classes
         self.random_state = random_state
+        self.epochs = epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.max_grad_norm = max_grad_norm
+        self.noise_multiplier = noise_multiplier
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -81,8 +91,12 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
 
     def fit(self, X, y):
         """Fit a private model on ``(X, y)``; returns self."""
+        from .params import practitioner_params
         from .pipeline import RunConfig, run_pipeline
 
+        params = practitioner_params(self.algorithm, dict(self.params or {}),
+                                     dict(epochs=self.epochs, lr=self.lr, batch_size=self.batch_size,
+                                          max_grad_norm=self.max_grad_norm, noise_multiplier=self.noise_multiplier))
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=False)
         check_classification_targets(y)
         if self.classes is None:
@@ -101,7 +115,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"y holds labels outside classes={classes.tolist()}")
         rec = run_pipeline(RunConfig(
             algo=self.algorithm, noise=self.noise, loss=self.loss, data=(X, yy), epsilon=self.epsilon,
-            delta=self.delta, accountant=self.accountant, params=dict(self.params or {}),
+            delta=self.delta, accountant=self.accountant, params=params,
             seed=self.random_state, intercept=self.fit_intercept,
             scaling="bounds" if self.bounds is not None else self.scaling, bounds=self.bounds,
             labels=(-1.0, 1.0), diagnostics="light"))

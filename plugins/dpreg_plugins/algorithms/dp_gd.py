@@ -49,7 +49,10 @@ def plan_noise(accountant, make_event, fixed):
         budget = accountant.epsilon_budget
         raise BudgetExceededError(
             f"plan spends eps={eps:.4g} > budget {budget:g} (over by {eps - budget:.4g}) at "
-            f"delta={accountant.delta:g}: raise noise_multiplier or lower steps")
+            f"delta={accountant.delta:g}: noise multiplier {z:g} is too small for this budget (nothing was "
+            f"released); raise --noise-multiplier, "
+            f"run fewer steps (--epochs or --param steps), raise --epsilon, or omit --noise-multiplier to have "
+            f"it calibrated to the budget")
     accountant.reserve(event)  # as calibrate() does: the plan's releases are covered
     return z
 
@@ -71,6 +74,11 @@ class DPGD(Algorithm):
     data_access = "resample"
     relation = "replace-one"
     honours_init = True
+    practitioner = {"epochs": "steps", "lr": "step", "max_grad_norm": "clip", "noise_multiplier": "noise_multiplier",
+                    "batch_size": "it is full-batch: every step uses all n records (dp-sgd takes minibatches)"}
+    theory_note = ("dp-trust-region.txt runs DP-GD only as a baseline tuned per data set (section 5.1, citing [28] "
+                   "for its theory) and states no step-size or iteration-count formula; the defaults are practical "
+                   "choices (see each parameter)")
     params = COMMON + (
         ParamSpec("steps", "int", 200, "number of iterations T",
                   "practical default T = 200 (chosen on adult's training accuracy: 0.828 at T = 100, "

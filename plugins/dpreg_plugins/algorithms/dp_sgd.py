@@ -15,6 +15,7 @@ import numpy as np
 
 from dpreg import hookimpl
 from dpreg.accounting import gaussian_event, poisson_sampled, self_composed
+from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, RunOutput
 from dpreg.params import ParamSpec
 from dpreg.problem import project
@@ -39,6 +40,8 @@ class DPSGD(Algorithm):
     data_access = "resample"
     relation = "add-remove"
     honours_init = True
+    practitioner = {"epochs": "epochs", "lr": "step", "batch_size": "batch", "max_grad_norm": "clip",
+                    "noise_multiplier": "noise_multiplier"}
     params = tuple(STEP if s.name == "step" else s for s in COMMON) + (
         ParamSpec("batch", "int", None, "expected batch size b (q = b/n)",
                   "b >= sqrt(d eps) (Prop. D.1); practical default max(sqrt(d eps), min(256, max(64, n/10))) "
@@ -47,23 +50,65 @@ class DPSGD(Algorithm):
                   "T = eps^2 n^2 / (d ln(1/delta)) (Prop. D.1), capped at max(5 epochs, 300 steps): "
                   "practical cap chosen on the training accuracy of adult and breast-cancer "
                   "(300 steps let small data sets learn; 5 epochs suffice from n ~ 10^4)", low=1),
+        ParamSpec("epochs", "float", None, "passes over the data (--epochs): T = ceil(epochs n / b); "
+                  "not with steps", "Opacus' epochs; default: T as in steps", low=0, low_open=True),
         ParamSpec("output", "str", "last", "which iterate to return",
                   "Alg 3 returns a uniformly random iterate ('random')",
                   choices=("last", "average", "random")),
         NOISE_MULTIPLIER,
+        ParamSpec("preset", "str", "practical", "practical defaults or the literal parameters of Prop. D.1",
+                  "'theory': T = eps^2 n^2/(d ln(1/delta)) uncapped, b = ceil(sqrt(d eps)), "
+                  "sigma^2 = 1000 L^2 T ln(1/delta)/(eps^2 n^2) (fixed, checked against the budget; the "
+                  "accountant reports the eps it spends), eta = D/sqrt(T (L^2 + d sigma^2)) with L = C and "
+                  "D = the loss's feasible radius, else 1 (the paper leaves D to the user), output 'random'; "
+                  "given parameters still win. Slow on large n: T grows as n^2",
+                  choices=("practical", "theory")),
     )
+
+    def resolve(self) -> dict:
+        """Every run parameter with its default computed from (n, d, eps,
+        delta, G, M): clip, step, radius, batch, steps, output and the fixed
+        noise multiplier (None: calibrated to the budget).  ``preset=theory``
+        gives the formulas of Prop. D.1 (see the ``preset`` parameter)."""
+        pb, p = self.problem, self.p
+        n, d = pb.n, pb.d
+        eps, delta = self.accountant.epsilon_budget, self.accountant.delta
+        clip, step, radius = resolve_common(pb, p)
+        theory = p.get("preset") == "theory"
+        if p.get("steps") is not None and p.get("epochs") is not None:
+            raise ParameterError("dp-sgd: give either --epochs or --param steps, not both")
+        if theory:
+            b = p["batch"] or int(math.ceil(math.sqrt(d * eps)))
+        else:
+            b = p["batch"] or int(max(math.sqrt(d * eps), min(256, max(64, n // 10)), 1))
+        b = min(b, n)
+        if p.get("steps") is not None:
+            T = int(p["steps"])
+        elif p.get("epochs") is not None:
+            T = max(1, int(math.ceil(p["epochs"] * n / b)))
+        elif theory:
+            T = int(max(1, eps ** 2 * n ** 2 / (d * math.log(1 / delta))))
+        else:
+            T = int(max(1, min(eps ** 2 * n ** 2 / (d * math.log(1 / delta)), max(math.ceil(5 * n / b), 300))))
+        z = p.get("noise_multiplier")
+        output = p["output"]
+        if theory:
+            sigma = math.sqrt(1000 * clip ** 2 * T * math.log(1 / delta) / (eps ** 2 * n ** 2))
+            if z is None:  # sigma is the std of the noise on the batch mean: z factor C / b
+                z = sigma * b / (self.accountant.sensitivity_factor * clip)
+            if p.get("step") is None:
+                D = radius if radius is not None else 1.0
+                step = D / math.sqrt(T * (clip ** 2 + d * sigma ** 2))
+            output = "random"
+        elif p.get("step") is None:
+            step = 0.5 * step  # eta = 1/(2M): practical for noisy minibatch steps (see STEP)
+        return dict(clip=clip, step=step, radius=radius, batch=b, steps=T, noise_multiplier=z, output=output)
 
     def run(self) -> RunOutput:
         pb = self.problem
-        eps, delta = self.accountant.epsilon_budget, self.accountant.delta
-        clip, step, radius = resolve_common(pb, self.p)
-        if self.p.get("step") is None:
-            step = 0.5 * step  # eta = 1/(2M): practical for noisy minibatch steps (see STEP)
-        b = self.p["batch"] or int(max(math.sqrt(pb.d * eps), min(256, max(64, pb.n // 10)), 1))
-        b = min(b, pb.n)
+        r = self.resolve()
+        clip, step, radius, b, T = r["clip"], r["step"], r["radius"], r["batch"], r["steps"]
         q = b / pb.n
-        T = self.p["steps"] or int(max(1, min(eps**2 * pb.n**2 / (pb.d * math.log(1 / delta)),
-                                              max(math.ceil(5 * pb.n / b), 300))))
         if q >= 1.0:
             step_event = gaussian_event
         else:
@@ -73,13 +118,13 @@ class DPSGD(Algorithm):
         def plan_event(z):
             return self_composed(step_event(z), T)
 
-        z = plan_noise(self.accountant, plan_event, self.p.get("noise_multiplier"))
+        z = plan_noise(self.accountant, plan_event, r["noise_multiplier"])
         from dpreg.access import Resample
 
         access = Resample(pb.n, self.rng("dp-sgd sampling"))
         noise_rng = self.rng("dp-sgd noise")
         w = self.initial_point()
-        output = OutputChoice(self.p["output"], T, self.rng("dp-sgd output"), w)
+        output = OutputChoice(r["output"], T, self.rng("dp-sgd output"), w)
         traj = Trajectory(T)
         traj.log(0, w)
         factor = self.accountant.sensitivity_factor
@@ -99,7 +144,8 @@ class DPSGD(Algorithm):
         traj.finish(T, w)
         return RunOutput(out, T, access.used, access.used, traj.series,
                          {"noise_multiplier": z, "sampling_rate": q, "expected_batch": b,
-                          "clip": clip, "step": step, "trajectory": traj})
+                          "clip": clip, "step": step, "steps": T, "output": r["output"],
+                          "preset": self.p.get("preset", "practical"), "trajectory": traj})
 
 
 @hookimpl

@@ -48,7 +48,7 @@ from dpreg.params import ParamSpec
 from dpreg.problem import project
 from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
-from .dp_gd import COMMON, resolve_common
+from .dp_gd import COMMON, plan_noise, resolve_common
 from .spider_core import SpiderEstimator, calibrate_noise, planned_event
 
 
@@ -88,9 +88,18 @@ class DPSpider(Algorithm):
     data_access = "resample"
     relation = "add-remove"
     honours_init = True
+    practitioner = {"epochs": "epochs", "lr": "step", "max_grad_norm": "clip", "noise_multiplier": "noise_multiplier",
+                    "batch_size": "it has two batch sizes, --param batch1 (O1 refresh, default n) and batch2 "
+                                  "(O2 differences, default n/10)"}
+    theory_note = ("the warm-start paper states DP-SPIDER's guarantee (Lemma 3.1, citing Arora et al. 2023: "
+                   "'there exist algorithmic parameters') but not its parameter formulas; App. G lists tuned "
+                   "experiment values (eta, q per eps), not formulas")
     params = COMMON + (
         ParamSpec("steps", "int", 100, "iteration number T",
                   "practical default T = 100 (warm-start paper section 9: baselines run 100 iterations)", low=1),
+        ParamSpec("epochs", "float", None, "expected passes over the data (--epochs); replaces steps: "
+                  "T = ceil(epochs n q / (b1 + (q - 1) b2)), the records a phase touches",
+                  "Opacus' epochs; default: steps", low=0, low_open=True),
         ParamSpec("phase", "int", 10, "phase length q: O1 every q steps, O2 in between",
                   "q | t triggers O1 (Alg 1); tuned q in {5, 10} (App. G); default 10", low=1),
         ParamSpec("batch1", "int", None, "expected O1 batch size b1 (Poisson rate b1/n; >= n: full batch)",
@@ -109,6 +118,10 @@ class DPSpider(Algorithm):
                   "(not the paper's: a uniform iterate of a 100-step run is one of the first 50 half the time; "
                   "the pages measure 'last')",
                   choices=("last", "average", "random")),
+        ParamSpec("noise_multiplier", "float", None,
+                  "fixed noise multiplier z of every release, O1 and O2 (std = z x enforced sensitivity; "
+                  "o1_share is then unused); the whole plan is checked against the budget before the first release",
+                  "default: calibrated - sigma_1 and sigma_2 as in o1_share", low=0, low_open=True),
     )
 
     def run(self) -> RunOutput:
@@ -116,9 +129,12 @@ class DPSpider(Algorithm):
         n = pb.n
         clip, step, radius = resolve_common(pb, self.p)
         _, M, _ = pb.constants()
-        T, q = int(self.p["steps"]), int(self.p["phase"])
+        q = int(self.p["phase"])
         b1 = int(self.p["batch1"] or n)
         b2 = int(self.p["batch2"] or math.ceil(n / 10))
+        T = int(self.p["steps"])
+        if self.p.get("epochs") is not None:  # expected records touched per phase: b1 + (q - 1) b2
+            T = max(1, int(math.ceil(self.p["epochs"] * n * q / (min(b1, n) + (q - 1) * min(b2, n)))))
         if self.noise is None:
             raise ParameterError("dp-spider needs a noise mechanism (--noise gaussian|tree)")
 
@@ -137,7 +153,11 @@ class DPSpider(Algorithm):
         k1 = sum(rep for rep, _ in plan)
         k2 = sum(rep * (len(parts) - 1) for rep, parts in plan)
         z1 = None
-        if share > 0 and k2 > 0:
+        fixed = self.p.get("noise_multiplier")
+        if fixed is not None:
+            z = plan_noise(self.accountant, lambda z: planned_event(self.noise, z, horizon, plan,
+                                                                    relation=self.accountant.relation), fixed)
+        elif share > 0 and k2 > 0:
             a1, a2 = math.sqrt(k1 / share), math.sqrt(k2 / (1 - share))
             z2 = separate_multipliers(self.accountant, self.noise, plan, a1, a2) * a2
             z, z1 = z2, z2 * a1 / a2
@@ -174,7 +194,7 @@ class DPSpider(Algorithm):
         out = output.result(w)
         info = {
             "noise": self.noise.name, "noise_multiplier": z, "o1_noise_multiplier": z1 if z1 is not None else z,
-            "o1_share": share if z1 is not None else None, "phase_length": q, "phases": est.phases,
+            "o1_share": share if z1 is not None else None, "steps": T, "phase_length": q, "phases": est.phases,
             "o2_calls": est.o2_calls, "batch1": b1, "batch2": b2, "sampling_rate1": q1, "sampling_rate2": q2,
             "sigma1": (z1 if z1 is not None else z) * self.accountant.sensitivity_factor * clip / den1,
             "sigma2_per_unit_step": z * self.accountant.sensitivity_factor * M / den2,

@@ -94,7 +94,15 @@ COMMON = (
               "(|g| ~ alpha at w = 0) and returns a model at the majority class on adult (0.764 test accuracy, "
               "eps = 1), while all T steps reach a gap 15x smaller on IJCNN1 (docs/experiment-trust-region.md)",
               choices=("multiplier", "none")),
+    ParamSpec("preset", "str", "practical", "practical choices or the paper's literal algorithm",
+              "'theory': noise=paper (the sigma formulas of Alg 1 l.1-4 / Alg 2 l.3-4), stop=multiplier "
+              "(l.7), hess_sensitivity=paper (2 sqrt(p) C_H/n); alpha, r and T are Thm 15 / Thm 18's "
+              "formulas under both presets. 'theory' overrides those three parameters",
+              choices=("practical", "theory")),
 )
+
+#: what preset=theory sets (the paper's literal choices)
+THEORY = {"noise": "paper", "stop": "multiplier", "hess_sensitivity": "paper"}
 
 
 def default_schedule(problem, alpha: float) -> tuple[float, int, float]:
@@ -153,6 +161,11 @@ class _TrustRegion(Algorithm):
         raise NotImplementedError
 
     # -- shared ------------------------------------------------------------------
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.p.get("preset") == "theory":
+            self.p.update(THEORY)
+
     def _resolve(self):
         pb = self.problem
         G, M, _ = pb.constants()
@@ -172,8 +185,9 @@ class _TrustRegion(Algorithm):
         if not acc.fits(plan):
             eps = acc.epsilon_of_plan(plan)
             raise BudgetExceededError(
-                f"the paper's noise spends eps={eps:.4g} > budget {acc.epsilon_budget:g} "
-                f"at delta={acc.delta:g}")
+                f"the paper's noise (noise=paper) spends eps={eps:.4g} > budget {acc.epsilon_budget:g} "
+                f"at delta={acc.delta:g} (nothing was released): raise --epsilon, run fewer steps "
+                f"(--param steps), or use noise=calibrated (the default), which fits any budget")
         acc.reserve(plan)
 
     def run(self) -> RunOutput:
@@ -203,6 +217,7 @@ class _TrustRegion(Algorithm):
                      "stopped_by_multiplier": stopped, "threshold": self.threshold,
                      "last_multiplier": lam, "clip": self.C, "hess_clip": self.CH,
                      "hess_sensitivity": self.p["hess_sensitivity"], "noise": self.p["noise"],
+                     "stop": self.p["stop"], "preset": self.p.get("preset", "practical"),
                      "trajectory": traj})
         return RunOutput(w, k, self._records_used(k), self._grad_evals(k), traj.series, info)
 
@@ -214,6 +229,10 @@ class DPTrustRegion(_TrustRegion):
     summary = "DP trust region (full batch): noisy gradient + symmetric-noise Hessian, exact TRS step"
     paper = "dp-trust-region.txt, Algorithm 1 (DP-TR)"
     relation = "replace-one"
+    practitioner = {"epochs": "steps", "max_grad_norm": "clip",
+                    "lr": "it takes trust-region steps of radius r (--param radius), not gradient steps",
+                    "batch_size": "it is full-batch: every step uses all n records",
+                    "noise_multiplier": "its noise is calibrated or the paper's (--param noise=paper)"}
     params = COMMON
 
     def _setup(self, T):
@@ -262,6 +281,10 @@ class DPStochasticTrustRegion(_TrustRegion):
     summary = "DP stochastic trust region: subsampled noisy gradient and Hessian, exact TRS step"
     paper = "dp-trust-region.txt, Algorithm 2 (DP-STR)"
     relation = "add-remove"
+    practitioner = {"batch_size": "batch", "max_grad_norm": "clip",
+                    "epochs": "it samples fresh gradient and Hessian batches each step: its length is --param steps",
+                    "lr": "it takes trust-region steps of radius r (--param radius), not gradient steps",
+                    "noise_multiplier": "its noise is calibrated or the paper's (--param noise=paper)"}
     params = COMMON + (
         ParamSpec("batch", "int", 5000, "gradient batch size |S| (expected size with Poisson sampling)",
                   "|S| >~ G^2 ln(p/zeta)/alpha^2 (Thm 18); 5,000 on IJCNN (section 5.2); capped at n",

@@ -38,7 +38,7 @@ from dpreg import hookimpl
 from dpreg.accounting import pure_dp_event
 from dpreg.errors import DpregError, ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput, charge
-from dpreg.params import ParamSpec, bind, parse_pairs
+from dpreg.params import PRACTITIONER, ParamSpec, bind, parse_pairs
 from dpreg.trajectory import Trajectory
 
 SPECIAL = ("exponential", "none")
@@ -66,6 +66,8 @@ class WarmStart(Algorithm):
     data_access = "resample"
     relation = "replace-one"
     honours_init = True  # passed to stage A
+    practitioner = {k: "it is a meta-algorithm: give its stages' parameters in warm_params / then_params "
+                       "(e.g. --param then_params=step=0.01,steps=50)" for k in PRACTITIONER}
     params = (
         ParamSpec("warm", "str", "dp-sgd", "warm-start algorithm A: 'exponential', 'none' or a registered algorithm",
                   "Alg. 2: A = exponential mechanism (Def. 4.1, Cor. 4.3) or DP-SGD (Alg. 3, Cor. 5.3)"),
@@ -99,6 +101,13 @@ class WarmStart(Algorithm):
                   "|grad| <= alpha, lambda_min >= -sqrt(rho alpha)", low=0, low_open=True),
         ParamSpec("select_check", "str", "sosp", "selection test: 'sosp' (d <= 300) or 'fosp'",
                   "Alg. 4 line 7", choices=("sosp", "fosp")),
+        ParamSpec("preset", "str", "practical", "practical split or the literal Alg. 2",
+                  "'theory': Alg. 2 as written - A with (eps/2, delta/2), B with its own (eps/2, delta/2) "
+                  "(warm_fraction = delta1_fraction = 1/2, split=basic: Lemma 2.6), and preset=theory passed "
+                  "to every stage that offers it (dp-sgd: Prop. D.1); a stage without one (dp-spider: the paper "
+                  "states no formulas for it) keeps its defaults, listed in the run info as theory_missing. "
+                  "Overrides warm_fraction, delta1_fraction and split",
+                  choices=("practical", "theory")),
     )
 
     # ------------------------------------------------------------ composition
@@ -121,7 +130,13 @@ class WarmStart(Algorithm):
 
     def _run_stage(self, name: str, raw: str, accountant, seed: int | None, init, offset: int):
         cls = _stage_cls(name)
-        params = bind(cls.params, _sub_params(raw), f"stage {name!r} of warm-start")
+        given = _sub_params(raw)
+        if self.p.get("preset") == "theory":
+            if any(s.name == "preset" for s in cls.params):
+                given.setdefault("preset", "theory")
+            else:
+                self.theory_missing.append(name)
+        params = bind(cls.params, given, f"stage {name!r} of warm-start")
         if cls.relation == "replace-one" and accountant.relation == "add-remove":
             raise ParameterError(f"stage {name!r} is accounted as replace-one; it cannot run under an "
                                  f"add-remove accountant")
@@ -141,15 +156,22 @@ class WarmStart(Algorithm):
 
     def run(self) -> RunOutput:
         pb, acc, p = self.problem, self.accountant, self.p
+        self.theory_missing: list = []
+        if p.get("preset") == "theory":  # Alg. 2 as written
+            p.update(warm_fraction=0.5, delta1_fraction=0.5, split="basic")
         warm, then = p["warm"] or "none", p["then"] or "none"
         self._stages(p)  # validates names
         eps, delta = acc.epsilon_budget, acc.delta
         eps1, delta1 = p["warm_fraction"] * eps, p["delta1_fraction"] * delta
         eps_sel = p["select_fraction"] * eps if p["select"] != "none" else 0.0
         if p["select"] != "none" and p["alpha"] is None:
-            raise ParameterError("select=above-threshold needs alpha")
+            raise ParameterError("warm-start: select=above-threshold needs the accuracy of its alpha-SOSP test: "
+                                 "add --param alpha=A (e.g. alpha=0.1)")
         if eps1 + eps_sel >= eps and warm != "none" and then != "none":
-            raise ParameterError("warm_fraction + select_fraction must leave budget for stage B")
+            raise ParameterError(
+                f"warm-start: warm_fraction={p['warm_fraction']:g} + select_fraction="
+                f"{p['select_fraction'] if eps_sel else 0:g} must leave budget for stage B ({then}): lower "
+                f"warm_fraction (Alg. 2 uses 0.5, App. G 0.25) or select_fraction so that they sum below 1")
         info: dict = {"warm": warm, "then": then, "split": p["split"]}
         traj = Trajectory(1)
         traj.steps, traj.iterates = [], []
@@ -237,6 +259,9 @@ class WarmStart(Algorithm):
         self.progress(100, 100)
         info["trajectory"] = traj
         info["stage_budget"] = {"warm": [eps1, delta1], "total": [eps, delta]}
+        info["preset"] = p.get("preset", "practical")
+        if p.get("preset") == "theory":
+            info["theory_missing"] = list(self.theory_missing)
         return RunOutput(w, iterations, records, evals, traj.series, info)
 
 
