@@ -71,7 +71,7 @@ ALGOS = ("adaptive-spider", "perturbed-sgd", "distributed-spider", "zo-o2nc")
 NOISES = ("gaussian", "tree", "tree-honaker", "sqrt-factorization")
 EPSILONS = (0.5, 1.0, 4.0)
 #: seeds per algorithm (zo-o2nc costs about 10 s of CPU a run, the others well under 1 s)
-SEEDS = {"adaptive-spider": 5, "perturbed-sgd": 5, "distributed-spider": 5, "zo-o2nc": 3}
+SEEDS = {"adaptive-spider": 20, "perturbed-sgd": 20, "distributed-spider": 20, "zo-o2nc": 3}
 #: eps values per algorithm (zo-o2nc: its block length T grows as eps falls; see the page)
 ALGO_EPS = {"zo-o2nc": (1.0, 4.0)}
 LOSS = "logistic"
@@ -469,14 +469,15 @@ def _ms(vals):
     return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
 
 
-T95 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571}  # t quantile 0.975 for n - 1 degrees of freedom (n = 3..6)
-
-
 def _ci(vals):
     """(mean, half-width of the 95 % t-interval of the mean)."""
+    from scipy.stats import t as student
+
     a = np.asarray(vals, dtype=float)
     m = float(a.mean())
-    return m, (T95.get(a.size - 1, 2.0) * float(a.std(ddof=1)) / math.sqrt(a.size) if a.size > 1 else math.inf)
+    if a.size < 2:
+        return m, math.inf
+    return m, float(student.ppf(0.975, a.size - 1)) * float(a.std(ddof=1)) / math.sqrt(a.size)
 
 
 def _winner(stats: dict, higher: bool) -> str:
@@ -508,6 +509,10 @@ def _agreement(pred: dict, real: dict) -> str:
     return "yes" if not flips else "no (" + "; ".join(flips) + ")"
 
 
+#: the page's reading of the tables (each statement is backed by a number in the tables or the
+#: computed summary lines that follow it on the page)
+READING: list[str] = []
+
 SHORT = {"gaussian": "gauss", "tree": "tree", "tree-honaker": "honaker", "sqrt-factorization": "sqrt"}
 
 
@@ -517,7 +522,99 @@ def _short(s: str) -> str:
     return s
 
 
-def render(rows: list[dict], mech: dict | None, meta: dict, timing: list[dict] | None = None) -> str:
+def majority_rate(name: str) -> float:
+    """Test accuracy of predicting the majority training class (public reference point)."""
+    pb, pt, _ = load(name)
+    maj = 1.0 if np.mean(pb.y > 0) > 0.5 else -1.0
+    return float(np.mean(pt.y == maj))
+
+
+def cell_stats(rows: list[dict]) -> dict:
+    """(data, algo, eps) -> {noise: aggregates} with every number the findings quote."""
+    cells = defaultdict(list)
+    for r in rows:
+        cells[(r["data"], r["algo"], float(r["epsilon"]), r["noise"])].append(r)
+    out = defaultdict(dict)
+    for (d, a, e, n), rs in cells.items():
+        adds = sum(r["adds"] for r in rs)
+        fo = [r["first_over_rest"] for r in rs if r["first_over_rest"] is not None]
+        out[(d, a, e)][n] = {
+            "g": _ci([r["grad_norm"] for r in rs]), "loss": _ci([r["train_loss"] for r in rs]),
+            "acc": _ci([r["test_accuracy"] for r in rs]), "seeds": len(rs),
+            "vreal": sum(r["var_real"] * r["adds"] for r in rs) / adds,
+            "vnorm": sum(r["var_norm"] * r["adds"] for r in rs) / adds,
+            "vspec": sum(r["var_spec"] * r["adds"] for r in rs) / adds,
+            "rp": float(np.mean([r["real_over_pred"] for r in rs if r["real_over_pred"] is not None])),
+            "s1s": float(np.median(fo)) if fo else float("nan"),
+            "plen": float(np.mean([r["phase_len_mean"] for r in rs])),
+            "pmax": max(r["phase_len_max"] for r in rs), "H": rs[0]["H"],
+        }
+    return {k: v for k, v in out.items() if len(v) == len(NOISES)}
+
+
+def _best(st: dict, key: str, higher: bool) -> tuple[str, bool]:
+    order = sorted(st, key=lambda n: st[n][key][0], reverse=higher)
+    m, h = st[order[0]][key]
+    sig = all(abs(st[n][key][0] - m) > h + st[n][key][1] for n in order[1:])
+    return order[0], sig
+
+
+def findings(rows: list[dict], mech: dict | None, majority: dict) -> list[str]:
+    """The page's summary: every number computed from the rows."""
+    cs = cell_stats(rows)
+    L = []
+    for algo in ALGOS:
+        keys = [k for k in cs if k[1] == algo]
+        if not keys:
+            continue
+        win = defaultdict(int)
+        sig = defaultdict(int)
+        accw = defaultdict(int)
+        acc_sig = defaultdict(int)
+        lowvar = defaultdict(int)
+        held = 0
+        for k in keys:
+            st = cs[k]
+            b, sg = _best(st, "g", False)
+            win[b] += 1
+            sig[b] += sg
+            b, sg = _best(st, "acc", True)
+            accw[b] += 1
+            acc_sig[b] += sg
+            lowvar[min(st, key=lambda n: st[n]["vreal"])] += 1
+            held += _agreement({n: st[n]["vspec"] for n in st}, {n: st[n]["vnorm"] for n in st}) == "yes"
+        s1 = [cs[k]["gaussian"]["s1s"] for k in keys]
+        plen = [cs[k]["gaussian"]["plen"] for k in keys]
+        Hs = sorted({cs[k]["gaussian"]["H"] for k in keys})
+        maj = sum(all(abs(cs[k][n]["acc"][0] - majority.get(k[0], -1)) < 5e-4 for n in NOISES) for k in keys)
+
+        def fmt(c, sg=None):
+            return ", ".join(f"{n} {c[n]}" + (f" ({sg[n]} significant)" if sg is not None else "")
+                             for n in sorted(c, key=lambda x: -c[x]))
+
+        L.append(
+            f"- **{algo}** ({len(keys)} cells: 2 data sets x eps {', '.join(f'{e:g}' for e in ALGO_EPS.get(algo, EPSILONS))}; "
+            f"{cs[keys[0]]['gaussian']['seeds']} seeds). Smallest mean |grad|: {fmt(win, sig)}. Best mean test "
+            f"accuracy: {fmt(accw, acc_sig)}"
+            + (f" ({maj} of {len(keys)} cells have every mechanism at the majority-class rate)" if maj else "")
+            + f". Lowest realised noise variance: {fmt(lowvar)}. Predicted variance ranking held in "
+            f"{held} of {len(keys)} cells. Horizon H: {', '.join(map(str, Hs))}; mean phase length "
+            f"{min(plen):.1f}-{max(plen):.1f} adds; first-add / later-add sensitivity s1/s "
+            f"{np.nanmin(s1):.2g}-{np.nanmax(s1):.2g}.")
+    rp = [st[n]["rp"] for st in cs.values() for n in NOISES]
+    if rp:
+        L.append(f"- The variance formulas hold inside the runs: realised / predicted (each mechanism's formula with "
+                 f"the sensitivities the run used) is {min(rp):.3f}-{max(rp):.3f} over all {len(rp)} "
+                 "(cell, mechanism) pairs.")
+    if mech:
+        L.append("- Alone at H = 16 with equal sensitivities the mechanisms reproduce the spec's table: max "
+                 + ", ".join(f"{n} {max(mech[n]['var']):.2f} (spec {max(mech[n]['spec']):.2f})" for n in NOISES)
+                 + " in units of z_g^2 s^2.")
+    return L
+
+
+def render(rows: list[dict], mech: dict | None, meta: dict, timing: list[dict] | None = None,
+           majority: dict | None = None) -> str:
     cells = defaultdict(list)
     for r in rows:
         cells[(r["data"], r["algo"], float(r["epsilon"]), r["noise"])].append(r)
@@ -549,7 +646,11 @@ def render(rows: list[dict], mech: dict | None, meta: dict, timing: list[dict] |
          "equal-sensitivity value averaged over the same adds (same t, same H). real/pred = realised over the "
          "variance each mechanism's formula gives for the sensitivities the run actually used (1 = the "
          "formula holds in the run). s1/s = median over phases of the first add's sensitivity over the mean "
-         "of the later adds'.", ""]
+         "of the later adds'.",
+         "- Test accuracy equal to the majority-class rate ("
+         + ", ".join(f"{d} {v:.4f}" for d, v in (majority or {}).items())
+         + ") means the model predicts one class; a zero model scores 0 (ties count as wrong).", "",
+         "## Findings", "", *READING, *findings(rows, mech, majority or {}), ""]
     win_rows, rank_rows = [], []
     counts = {"cells": 0, "held": 0, "spec_held": 0}
     for dname in DATASETS:
@@ -705,9 +806,11 @@ def main(argv=None):
     mech = json.loads(mpath.read_text()) if mpath.exists() else None
     timing = json.loads(tpath.read_text()) if tpath.exists() else None
     meta = {"load": a.load}
-    RESULTS.write_text(json.dumps({"command": COMMAND, "load": a.load, "mechanisms_alone_H16": mech,
+    majority = {d: majority_rate(d) for d in DATASETS if any(r["data"] == d for r in rows)}
+    RESULTS.write_text(json.dumps({"command": COMMAND, "load": a.load, "majority_rate": majority,
+                                   "mechanisms_alone_H16": mech,
                                    "sqrt_timing": timing, "cells": summary(rows)}, indent=1) + "\n")
-    DOC.write_text(render(rows, mech, meta, timing))
+    DOC.write_text(render(rows, mech, meta, timing, majority))
     print(f"wrote {DOC} and {RESULTS}")
 
 
