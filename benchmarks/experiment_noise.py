@@ -843,6 +843,17 @@ def summary(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _rounded(obj):
+    """``obj`` with every float rounded to 5 significant digits (a smaller JSON)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.5g}")
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--render", action="store_true", help="only rebuild the page and the JSON from the raw rows")
@@ -864,9 +875,9 @@ def main(argv=None):
     timing = json.loads(tpath.read_text()) if tpath.exists() else None
     meta = {"load": a.load}
     majority = {d: majority_rate(d) for d in DATASETS if any(r["data"] == d for r in rows)}
-    RESULTS.write_text(json.dumps({"command": COMMAND, "load": a.load, "majority_rate": majority,
-                                   "mechanisms_alone_H16": mech,
-                                   "sqrt_timing": timing, "cells": summary(rows)}, indent=1) + "\n")
+    RESULTS.write_text(json.dumps(_rounded({"command": COMMAND, "load": a.load, "majority_rate": majority,
+                                            "mechanisms_alone_H16": mech, "sqrt_timing": timing,
+                                            "cells": summary(rows)}), separators=(",", ":")) + "\n")
     DOC.write_text(render(rows, mech, meta, timing, majority))
     print(f"wrote {DOC} and {RESULTS}")
 
