@@ -532,8 +532,9 @@ READING: list[str] = [
     "reflects the sign of nearly-zero weights.",
     "- **The predicted variance ranking held in 13 of 22 cells**: in all 6 adaptive-spider and all 4 zo-o2nc "
     "cells, in 2 of 6 perturbed-sgd and 1 of 6 distributed-spider cells. The spec's formulas assume equal "
-    "sensitivities within a phase. adaptive-spider's adaptive O2 batch b_t keeps them close (s1/s 0.4-0.96), and "
-    "there the realised order is the predicted sqrt < gaussian < tree-honaker < tree (sqrt-factorization at "
+    "sensitivities within a phase. adaptive-spider's adaptive O2 batch b_t keeps the first add's sensitivity at or "
+    "below the later adds' (s1/s 0.4-0.96), so the running maximum costs sqrt-factorization only 1.01-1.19 times "
+    "its equal-sensitivity value (var/u against spec), and there the realised order is the predicted sqrt < gaussian < tree-honaker < tree (sqrt-factorization at "
     "2.83-3.42 u against gaussian's 3.46-5.55). perturbed-sgd and distributed-spider use fixed batches b1, b2, "
     "so the first (O1) add's sensitivity is 1.4-13 times the later adds'. sqrt-factorization must scale every "
     "row's noise by the running maximum sensitivity (sigma_j = z |C|_col max_{i<=j} s_i: its privacy argument) "
