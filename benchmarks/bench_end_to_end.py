@@ -264,7 +264,7 @@ def race(algo: str, load: int, X=None, y=None) -> dict:
     from dpreg import accounting
 
     with busy(load):
-        accounting._RDP_CURVES.clear()  # noqa: SLF001 - the first run calibrates from scratch
+        accounting.clear_rdp_cache()  # the first run calibrates from scratch
         t_first, out, acc = dpreg_once()
         t_again, _, _ = dpreg_once()
         info = out.info
