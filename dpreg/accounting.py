@@ -436,12 +436,19 @@ class RdpAccountant(Accountant):
         self._rdp_groups: dict[tuple, np.ndarray] = {}
         #: per pass, the elementwise max of its groups' curves
         self._max_pass: dict[Hashable, np.ndarray] = {}
+        #: curves of the events this accountant has seen (a run charges the
+        #: same few events thousands of times: one hash lookup per charge)
+        self._curves: dict = {}
 
     def rdp_of(self, event) -> np.ndarray:
-        """RDP curve of one event at this accountant's orders and relation:
-        dp-accounting's composition order and arithmetic (``+= count * curve``
-        per elementary release, counts multiplied through nested
+        """RDP curve (read-only) of one event at this accountant's orders and
+        relation: dp-accounting's composition order and arithmetic (``+= count
+        * curve`` per elementary release, counts multiplied through nested
         self-compositions), with cached elementary curves."""
+        try:
+            return self._curves[event]
+        except (KeyError, TypeError):
+            pass
         dpa = _dpa()
         out = np.zeros_like(self._orders)
         todo = [(event, 1)]
@@ -459,6 +466,13 @@ class RdpAccountant(Accountant):
                 except TypeError:  # unhashable event: computed uncached
                     curve = _atom_rdp.__wrapped__(self.relation, e, self._orders_key)
                 out += count * curve
+        out.setflags(write=False)
+        if len(self._curves) > 4096:
+            self._curves.clear()
+        try:
+            self._curves[event] = out
+        except TypeError:
+            pass
         return out
 
     def _eps_from(self, rdp: np.ndarray) -> float:
