@@ -63,3 +63,11 @@ def test_cache_probe_sees_a_stored_parallel_variant(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     before, after, serial_only = json.loads(res.stdout.strip().splitlines()[-1])
     assert (before, after, serial_only) == (False, True, False)
+
+
+def test_a_parallel_variant_compiled_in_the_process_is_used(monkeypatch):
+    monkeypatch.setattr(config, "parallel_variant_cached", lambda func, sig: False)
+    monkeypatch.setattr(config, "PARALLEL_AMORTIZE_S", 1e9)
+    k = _fresh_row_sqnorms()
+    k.parallel  # compiled (or loaded) by a direct use, e.g. a benchmark
+    assert k.pick(True) is k.fast(True)

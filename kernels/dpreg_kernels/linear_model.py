@@ -703,9 +703,9 @@ class Kernel:
         f = self._fast.get(True)
         if f is not None:
             return f
-        if self._par_cached is None:
+        if self._par_cached is None and True not in self._disp:
             self._par_cached = config.parallel_variant_cached(self.py_func, self.signature)
-        if self._par_cached or self.serial_large_s >= config.PARALLEL_AMORTIZE_S:
+        if True in self._disp or self._par_cached or self.serial_large_s >= config.PARALLEL_AMORTIZE_S:
             return self.fast(True)
         return self._timed_serial
 
