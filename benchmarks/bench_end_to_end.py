@@ -180,29 +180,43 @@ def numpy_dp_sgd(X, y, q, T, z, clip, step, seed=0):
     return w
 
 
-def numpy_dp_spider(X, y, T, phase, z, factor, clip, M, step, seed=0):
-    """Plain-numpy DP-SPIDER (full batches, Gaussian noise), logistic loss: a
-    clipped full gradient every ``phase`` steps, clipped gradient differences
-    (to M |w - w_prev|) in between, each with its Gaussian noise."""
+def numpy_dp_spider(X, y, T, phase, z, factor, clip, M, step, seed=0, *, z1=None, q1=1.0, q2=1.0,
+                    b1=None, b2=None, diff_cap=None):
+    """Plain-numpy DP-SPIDER (Gaussian noise), logistic loss: a clipped gradient
+    every ``phase`` steps (O1: Poisson batch of rate ``q1``, 1 = full, noise
+    multiplier ``z1``, default ``z``), clipped gradient differences (to
+    min(M |w - w_prev|, ``diff_cap``)) in between (O2: rate ``q2``, multiplier
+    ``z``), each sum divided by its expected batch size ``b1``/``b2`` (default
+    n) with its Gaussian noise; Poisson batches by n uniforms per step."""
     rng = np.random.default_rng(seed)
     n, d = X.shape
+    z1 = z if z1 is None else z1
+    b1, b2 = float(b1 or n), float(b2 or n)
     sq = np.sqrt(np.einsum("ij,ij->i", X, X))
     w = w_prev = np.zeros(d)
     g = np.zeros(d)
 
-    def dphi(m):
-        return -y / (1.0 + np.exp(y * m))
+    def batch(q):
+        return slice(None) if q >= 1.0 else np.flatnonzero(rng.random(n) < q)
+
+    def dphi(m, yb):
+        return -yb / (1.0 + np.exp(yb * m))
 
     for t in range(T):
         if t % phase == 0:
-            a = dphi(X @ w)
-            a *= np.minimum(1.0, clip / np.maximum(np.abs(a) * sq, 1e-300))
-            g = (X.T @ a + rng.standard_normal(d) * (z * factor * clip)) / n
+            i = batch(q1)
+            Xb, yb = X[i], y[i]
+            a = dphi(Xb @ w, yb)
+            a *= np.minimum(1.0, clip / np.maximum(np.abs(a) * sq[i], 1e-300))
+            g = (Xb.T @ a + rng.standard_normal(d) * (z1 * factor * clip)) / b1
         else:
             c = M * np.linalg.norm(w - w_prev)
-            a = dphi(X @ w) - dphi(X @ w_prev)
-            a *= np.minimum(1.0, c / np.maximum(np.abs(a) * sq, 1e-300))
-            g = g + (X.T @ a + rng.standard_normal(d) * (z * factor * c)) / n
+            c = c if diff_cap is None else min(c, diff_cap)
+            i = batch(q2)
+            Xb, yb = X[i], y[i]
+            a = dphi(Xb @ w, yb) - dphi(Xb @ w_prev, yb)
+            a *= np.minimum(1.0, c / np.maximum(np.abs(a) * sq[i], 1e-300))
+            g = g + (Xb.T @ a + rng.standard_normal(d) * (z * factor * c)) / b2
         w_prev, w = w, w - step * g
     return w
 
@@ -264,7 +278,7 @@ def race(algo: str, load: int, X=None, y=None) -> dict:
     from dpreg import accounting
 
     with busy(load):
-        accounting._RDP_CURVES.clear()  # noqa: SLF001 - the first run calibrates from scratch
+        accounting.clear_rdp_cache()  # the first run calibrates from scratch
         t_first, out, acc = dpreg_once()
         t_again, _, _ = dpreg_once()
         info = out.info
@@ -277,7 +291,10 @@ def race(algo: str, load: int, X=None, y=None) -> dict:
                                  info["clip"], info["step"])
                 else:
                     numpy_dp_spider(pb.X, pb.y, out.iterations, info["phase_length"], info["noise_multiplier"],
-                                    acc.sensitivity_factor, info["clip"], info["smoothness"], info["step"])
+                                    acc.sensitivity_factor, info["clip"], info["smoothness"], info["step"],
+                                    z1=info["o1_noise_multiplier"], q1=info["sampling_rate1"],
+                                    q2=info["sampling_rate2"], b1=info["batch1"], b2=info["batch2"],
+                                    diff_cap=2 * info["clip"] if info["sigma2_hat"] is not None else None)
                 t_numpy.append(time.perf_counter() - t0)
     return {"algo": algo, "load": load, "steps": out.iterations, "dpreg_first_s": t_first,
             "dpreg_s": t_again, "numpy_s": t_numpy[0], "numpy_blas1_s": t_numpy[1],

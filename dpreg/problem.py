@@ -145,8 +145,9 @@ class Problem:
 
     def _fast(self, kernel, work: float):
         """The compiled entry point of ``kernel``'s serial or parallel variant
-        for ``work`` elements (:func:`dpreg_kernels.config.want_parallel`)."""
-        return kernel.fast(_want_parallel(work))
+        for ``work`` elements (:func:`dpreg_kernels.config.want_parallel`;
+        :meth:`dpreg_kernels.linear_model.Kernel.pick`: compiled only once it pays)."""
+        return kernel.pick(_want_parallel(work))
 
     @property
     def all_rows(self) -> np.ndarray:

@@ -2,12 +2,15 @@
 
 ``jit_parallel`` and ``jit_serial`` turn one undecorated Python function into the
 parallel (``prange`` over row chunks) and serial variants.  Kernels are compiled
-eagerly from explicit signatures with ``cache=True`` so a second process loads
-them from numba's on-disk cache instead of recompiling.
+from explicit signatures with ``cache=True`` so a second process loads them
+from numba's on-disk cache instead of recompiling.
 
 Environment:
   DPREG_FASTMATH=0   disable fastmath (default on: the inner dot products only
                      vectorize with reassociation allowed).
+  DPREG_PARALLEL_WORK, DPREG_PARALLEL_AMORTIZE_S: when a kernel runs (and
+                     first compiles) its parallel variant; see want_parallel
+                     and PARALLEL_AMORTIZE_S.
 """
 from __future__ import annotations
 
@@ -46,6 +49,19 @@ PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace
 def jit_parallel(signature):
     """Decorator: eager, cached, parallel njit with the project's flags."""
     return numba.njit(signature, parallel=PARALLEL, fastmath=_FM, cache=CACHE, nogil=True)
+
+
+def parallel_variant_cached(func, signature) -> bool:
+    """Whether numba's on-disk cache holds the parallel variant of ``func`` at
+    ``signature`` (so using it costs a load, not a compile).  Probes the cache
+    through a lazy dispatcher with the parallel variant's flags; any failure of
+    numba's internals answers False (the caller then treats the variant as
+    uncompiled)."""
+    try:
+        probe = numba.njit(parallel=PARALLEL, fastmath=_FM, cache=CACHE, nogil=True)(func)
+        return probe._cache.load_overload(signature, probe.targetctx) is not None  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - a probe, never an error
+        return False
 
 
 def jit_serial(signature):
@@ -91,6 +107,17 @@ def jit_inline(func):
 #: parallel when the machine has idle cores).  Measured: docs/benchmarks.md,
 #: "Serial or parallel".
 PARALLEL_WORK: int = int(os.environ.get("DPREG_PARALLEL_WORK", str(1 << 20)))
+
+#: A kernel whose parallel variant is neither compiled in this process nor in
+#: numba's on-disk cache runs its serial variant, even where
+#: :func:`want_parallel` says parallel, until those serial calls have taken
+#: this many CPU seconds in the process: compiling a parallel variant costs 1-4 s
+#: of CPU (measured: docs/benchmarks.md, "First run"), more than a short
+#: run's whole kernel time, so it is bought only once the work has shown it
+#: pays (the ski-rental rule).  Serial and parallel variants give
+#: bit-identical results, so the switch never changes a run.
+#: ``DPREG_PARALLEL_AMORTIZE_S=0``: compile it as soon as it is wanted.
+PARALLEL_AMORTIZE_S: float = float(os.environ.get("DPREG_PARALLEL_AMORTIZE_S", "3"))
 
 _load = [0.0, 0.0]  # (time of the last look, whether the machine had idle cores)
 

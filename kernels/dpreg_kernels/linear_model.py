@@ -36,9 +36,12 @@ defeat numba's cache); chunking fixes the result whatever it is.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from numba import prange, types
 
+from . import config
 from .config import BLOCK, MAX_CHUNKS, MIN_CHUNK_ROWS, jit_inline, jit_parallel, jit_serial
 from .intrinsics import prefetch
 
@@ -650,6 +653,8 @@ class Kernel:
         self.signature, self.py_func = signature, func
         self._disp = {}
         self._fast = {}
+        self._par_cached = None    # parallel variant in numba's on-disk cache (probed once)
+        self.serial_large_s = 0.0  # CPU seconds of serial calls made where parallel was wanted
 
     def variant(self, parallel: bool):
         """The numba dispatcher of one variant (compiled on first use)."""
@@ -684,6 +689,32 @@ class Kernel:
                 f = disp
             self._fast[parallel] = f
         return f
+
+    def pick(self, want_parallel: bool):
+        """The entry point (as :meth:`fast`) for a call whose work does
+        (``want_parallel``, :func:`config.want_parallel`) or does not make the
+        parallel variant worth running.  The parallel variant is used only
+        once it is cheap to have - compiled in this process, or in numba's
+        on-disk cache - or once the serial calls made in its place have taken
+        :data:`config.PARALLEL_AMORTIZE_S` CPU seconds (then it is compiled): a
+        short run never pays for compiling a variant it barely uses."""
+        if not want_parallel:
+            return self.fast(False)
+        f = self._fast.get(True)
+        if f is not None:
+            return f
+        if self._par_cached is None and True not in self._disp:
+            self._par_cached = config.parallel_variant_cached(self.py_func, self.signature)
+        if True in self._disp or self._par_cached or self.serial_large_s >= config.PARALLEL_AMORTIZE_S:
+            return self.fast(True)
+        return self._timed_serial
+
+    def _timed_serial(self, *args):
+        serial = self.fast(False)
+        t0 = time.thread_time()  # CPU seconds of this thread: what the variant saves, whatever the load
+        out = serial(*args)
+        self.serial_large_s += time.thread_time() - t0
+        return out
 
     def __call__(self, *args):
         return self.variant(True)(*args)
