@@ -187,9 +187,9 @@ class DistributedSpider(PerturbedSGD):
                         "G^(14/15) d^(2/5) U^(4/5) rho^(8/15)/(M^(34/15)(sqrt(m) n eps)^(4/5))}",
                         low=0, low_open=True),
         batch1=ParamSpec("batch1", "int", None, "O1 batch size b1 per client",
-                         "Thm 3: b1 = n kappa/(2 U eta), n per client; practical floor as perturbed-sgd", low=1),
+                         "Thm 3: b1 = n kappa/(2 U eta), n per client; practical floor as perturbed-sgd, for the server's average of m noisy messages (noise / sqrt(m))", low=1),
         batch2=ParamSpec("batch2", "int", None, "O2 batch size b2 per client",
-                         "Thm 3: b2 = n eta chi^2/(2U), n per client; practical floor as perturbed-sgd", low=1),
+                         "Thm 3: b2 = n eta chi^2/(2U), n per client; practical floor as perturbed-sgd, for the server's average of m noisy messages (noise / sqrt(m))", low=1),
     ) + (
         ParamSpec("clients", "int", 2, "number of clients m",
                   "Alg 3: m clients, each holding a shard D_j; default 2: client-side noise costs sqrt(m) "
