@@ -209,7 +209,7 @@ class PerturbedSGD(Algorithm):
                   "'theory': alpha, kappa, b1, b2 exactly as Thm 2 (logs dropped; on a9a at eps=1 the O1 noise "
                   "exceeds chi and the escape test never runs); 'practical': alpha >= the smallest accuracy whose "
                   "oracle-error floors fit o1_budget refreshes in half the data, kappa >= drift_steps steps of "
-                  "length 3 eta chi, and the floors of batch1/batch2", choices=("practical", "theory")),
+                  "length 3 eta chi, the floors of batch1/batch2, and the O2 clip diff_clip = M/4", choices=("practical", "theory")),
         ParamSpec("o1_budget", "int", 4, "K1: O1 refreshes the practical alpha leaves room for",
                   "practical alpha = max{Thm 2 alpha, 16 f z C sqrt(d) K1 / n} (b1 floor <= n/(2 K1)); "
                   "default 4 (a9a train ||grad||, seed 0, grid with drift_steps; docs/experiment-fidelity.md; "
