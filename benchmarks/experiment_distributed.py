@@ -104,6 +104,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--full", action="store_true", help="the issue's grid: m up to 8, eps 0.5/1/2, 5 seeds")
+    ap.add_argument("--eps", default=None, help="comma-separated eps values (default 0.5,1,2; --quick: 1)")
     ap.add_argument("--raw", default="/tmp/dpreg-bench/experiment-distributed.jsonl")
     ap.add_argument("--render", action="store_true", help="only rebuild the page from --raw")
     args = ap.parse_args(argv)
@@ -114,7 +115,8 @@ def main(argv=None):
 
     reg = get_registry()
     ms = (1, 2, 4, 8) if args.full else (1, 2, 4)
-    epss = (1.0,) if args.quick else (0.5, 1.0, 2.0)
+    epss = (tuple(float(e) for e in args.eps.split(",")) if args.eps else
+            (1.0,) if args.quick else (0.5, 1.0, 2.0))
     seeds = range(5 if args.full else (1 if args.quick else 3))
     datasets = ("ijcnn1",) if args.quick else tuple(DATASETS)
     Path(args.raw).parent.mkdir(parents=True, exist_ok=True)
@@ -161,50 +163,60 @@ def _ms(vals):
 NOTES = """
 ### What the tables say (read with the caveats below)
 
-Headline rows (eps = 1, mean over 3 seeds; |grad F| of the global objective at the output):
+Headline rows (eps = 1, mean over 3 seeds; |grad F| of the global objective at the output;
+defaults of 2026-11-23: practical O2 clip M/4 and batch floors sized for the server's
+average of m messages):
 
 | data | setting | m = 1 | m = 2 (iid) | m = 4 (iid) |
 |---|---|---|---|---|
-| ijcnn1 | fixed n per client, Thm 3 defaults | 0.0439 | 0.0596 | 0.0658 |
-| ijcnn1 | fixed n per client, m=1 plan | 0.0439 | 0.0366 | 0.0371 |
-| ijcnn1 | fixed total (N = 49,990) | 0.0170 | 0.0377 | 0.0659 |
-| a9a | fixed n per client, Thm 3 defaults | 0.0520 | 0.0758 | 0.0763 |
-| a9a | fixed n per client, m=1 plan | 0.0520 | 0.0491 | 0.0457 |
-| a9a | fixed total (N = 32,561) | 0.0393 | 0.0508 | 0.0764 |
+| ijcnn1 | fixed n per client, Thm 3 defaults | 0.0241 | 0.0296 | 0.0168 |
+| ijcnn1 | fixed n per client, m=1 plan | 0.0241 | 0.0250 | 0.0269 |
+| ijcnn1 | fixed total (N = 49,990) | 0.0164 | 0.0142 | 0.0170 |
+| a9a | fixed n per client, Thm 3 defaults | 0.0572 | 0.0574 | 0.0664 |
+| a9a | fixed n per client, m=1 plan | 0.0572 | 0.0551 | 0.0545 |
+| a9a | fixed total (N = 32,561) | 0.0204 | 0.0248 | 0.0647 |
 
-* **Collaboration gain at fixed n per client (Remark 2): only when the plan is
-  held fixed.**  With Thm 3's defaults the output gets *worse* as m grows:
-  Thm 3 lowers alpha with m (alpha 0.051 -> 0.042 -> 0.035 on IJCNN1), the
-  practical batch floor b1 >= 2 z C sqrt(d)/alpha grows with 1/alpha, and the
-  run affords fewer rounds (10 -> 7 -> 6).  Holding the one-machine plan
-  (alpha, kappa, b1, b2) fixed isolates the averaging: the server's noise falls
-  as z 2C/(b1 sqrt(m)) and the runs go further (10 -> 12 -> 12 rounds), and
-  |grad F| falls by 6-17% at eps = 1 (a9a also at eps = 2; at eps = 0.5 by
-  under 3%; IJCNN1 at eps = 2 mixed).  The theory's gain is real but small at
-  these sizes, and Thm 3's plan as implemented spends it on a smaller alpha.
-* **The sqrt(m) price at fixed total n**: clear and monotone - splitting
-  IJCNN1 over 2 and 4 clients multiplies |grad F| by 2.2 and 3.9 at eps = 1
-  (a9a: 1.3 and 1.9): each client adds noise for its own n/m records, and the
-  lockstep rounds end when a shard (N/m records) is spent.
-* **iid vs Dirichlet(0.5) label skew**: indistinguishable here.  Shards have
-  equal sizes, so the average of the clients' gradients is the pooled
-  gradient; skew only changes each client's sampling variance, which the
-  privacy noise (z = 4-15) dominates over these few rounds.
-* **Selection (Remark 3)**: on IJCNN1 (d = 22 below the bound 107) Alg 4
-  accepts the run's final iterate; on a9a (d = 123 above the bound 88) its
-  thresholds are so loose (|grad| <= 0.31) that it accepts candidate 0, the
-  *initial point* w = 0, whose |grad F| (0.182) is 2.4 times the run's own
-  output (0.076) - the failure Remark 3 predicts.  It also costs each client
-  7,749 floats per candidate on a9a against 123 per training round.
+* **Collaboration gain at fixed n per client (Remark 2): mixed.**  On IJCNN1
+  with Thm 3's defaults m = 4 ends at 0.0168 against 0.0241 on one machine
+  (alpha 0.384 -> 0.284 -> 0.210, rounds 34 -> 35 -> 58), but m = 2 is worse
+  (0.0296; its runs certify and stop early, 3/3).  On a9a (8,140 records per
+  client) every Thm 3 run is at the majority class and m does not help
+  (0.057, 0.057, 0.066).  Holding the one-machine plan fixed, a9a gains 4-5 %
+  (0.0572 -> 0.0551 -> 0.0545) and IJCNN1 none.
+* **The sqrt(m) price at fixed total n: clear on a9a, not on IJCNN1.**  a9a:
+  |grad F| 0.0204 -> 0.0248 -> 0.0647 and test accuracy 0.822 -> 0.807 ->
+  0.764 (the majority class) for m = 1, 2, 4.  IJCNN1: 0.0164, 0.0142, 0.0170
+  - no price visible, because the one-machine plan (alpha 0.105) is not better
+  used: its small alpha makes kappa = 2 (3 eta chi)^2 small, so most queries
+  are O1 refreshes of b1 = N/8 records and the run affords 33 rounds against
+  55 for m = 2.  The same effect makes IJCNN1 on one machine *worse* at
+  eps = 2 than at eps = 1 (7 rounds, 0.059 against 0.016): a property of
+  perturbed-sgd's practical kappa at small alpha, not of distribution.
+* **iid vs Dirichlet(0.5) label skew**: within the seed spread everywhere
+  (e.g. a9a fixed total, eps = 1, m = 2: 0.0248 iid, 0.0202 skewed).  Shards
+  have equal sizes, so the average of the clients' gradients is the pooled
+  gradient; skew changes only each client's sampling variance, which the
+  privacy noise dominates.
+* **Selection (Remark 3)**: on both data sets Alg 4 accepts candidate 0, the
+  *initial point* w = 0 (|grad F| 0.152 on IJCNN1, 0.182 on a9a), because its
+  gradient thresholds (0.51-0.53 on IJCNN1, where d = 22 is below Remark 3's
+  bound; 1.36 on a9a, where d = 123 is above it) exceed the gradient at w = 0
+  and Alg 4 returns the first candidate that passes.  At these sizes the
+  selection guarantee is vacuous on both; it also costs each client 7,749
+  floats per candidate on a9a against 123 per training round.
 
-Caveats.  Runs are short (1-71 rounds): ``perturbed-sgd``'s default batch
-floors spend the records fast, no run certified an SOSP, and test accuracy
-stays at the majority class (IJCNN1 0.905, a9a 0.764) except a9a at eps = 2 on
-one machine (0.794).  These defaults are being reworked (fidelity issue); this
-page measures what ``distributed-spider`` does with them, and will move with
-them.  Three seeds; standard errors are over seeds only (the shards and
-subsets are fixed).  Not run: m = 8 and 5 seeds (the issue's grid, ``--full``),
-and sweeps on a Dask cluster (issue 17 item 5: ``dpreg sweep`` does not exist yet).
+Caveats.  Runs are short (1-62 rounds) and use ``logistic-nonconvex-reg`` with
+``tree`` noise and delta = 1/N, not the ``run`` defaults (logistic, gaussian):
+IJCNN1's test accuracy stays at its majority rate 0.905 in every cell; a9a
+leaves its majority rate 0.764 only with enough records per client and
+budget (fixed total, m = 1: 0.822 at eps = 1 and 2; m = 2: 0.79-0.81; m = 4
+at eps = 2: 0.824; 8,140 per client at m = 2, eps = 2: 0.793).  Where the practical
+alpha floor exceeds the gradient at w = 0 (a9a, 8,140 records per client,
+eps = 0.5: alpha 2.5) Alg 1 certifies w = 0 at its first escape test (3/3
+certified, test accuracy 0: sign(0) predicts no class).  Three seeds;
+standard errors are over seeds only (the shards and subsets are fixed).  Not
+run: m = 8 and 5 seeds (the issue's grid, ``--full``), and sweeps on a Dask
+cluster (issue 17 item 5).
 """
 
 
@@ -213,7 +225,8 @@ def render(rows, total_s, args):
     for r in rows:
         groups[(r["data"], r["setting"], r["m"], r["sharding"], r["eps"])].append(r)
     lines = ["# Distributed adaptive DP-SPIDER and distributed private selection (issue 17)", "",
-             f"Generated by `{COMMAND}{' --quick' if args.quick else ''}{' --full' if args.full else ''}` "
+             f"Generated by `{COMMAND}{' --quick' if args.quick else ''}{' --full' if args.full else ''}"
+             f"{' --eps ' + args.eps if getattr(args, 'eps', None) else ''}` "
              "(do not edit by hand); raw rows in " + f"`{args.raw}`.", "",
              __doc__.split("\n\n", 1)[1].split("    python")[0].strip(), "",
              f"Runs: {len(rows)}; sum of their wall times (algorithm only, loaded 2-core machine shared with "

@@ -209,6 +209,39 @@ def test_client_side_noise_costs_sqrt_m(registry):
     assert abs(np.var(s) / want ** 2 - 1) < 5 * math.sqrt(2 / k)
 
 
+@pytest.mark.parametrize("m", [1, 4])
+def test_floors_size_batches_for_the_averaged_estimate(registry, pb, m):
+    """The practical floors bound the noise of what the loop uses - the server's average of m
+    independently noised messages, 1/sqrt(m) of one message's - by chi/2 (O1) and chi/2 (a phase
+    of O2), so alpha and the batches are not sqrt(m) too coarse; m = 1 is perturbed-sgd's plan."""
+    algo, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=m)
+    r = algo.resolve()
+    f, d, n, z, chi = 2.0, pb.d, algo.sample_size(), r["noise_multiplier"], r["chi"]
+    o1 = f * z * r["clip"] * math.sqrt(d) / (r["batch1"] * math.sqrt(m))
+    o2 = f * z * r["diff_clip"] * math.sqrt(d * r["kappa"]) / (r["batch2"] * math.sqrt(m))
+    assert o1 == pytest.approx(r["o1_noise_norm"]) and o1 <= chi / 2 * (1 + 1e-12)
+    assert o2 == pytest.approx(r["o2_phase_noise_bound"]) and o2 <= chi / 2 * (1 + 1e-12)
+    assert r["alpha_floor"] == pytest.approx(16 * f * z * r["clip"] * math.sqrt(d) * 4 / (n * math.sqrt(m)))
+    # the floor binds here (b1 = n/(2 o1_budget) > Thm 3's b1): with m > 1 one message alone is noisier than chi/2
+    assert r["batch1"] == math.ceil(n / 8) > r["batch1_paper"]
+    assert (o1 * math.sqrt(m) > chi / 2) == (m > 1)
+
+
+def test_defaults_learn_on_adult():
+    """Issue 12 at the defaults (shipped adult, eps = 1, research seed 0): not the majority class
+    (0.764 test; every seed before the sqrt(m) floors and M/4 O2 clip) - 5 seeds average 0.822 in
+    benchmarks/targets_models_learn.py - and it runs escape tests, with per-client accountants."""
+    import dpreg
+
+    rec = dpreg.run(algo="distributed-spider", epsilon=1.0, seed=0)
+    m, b, ri = (rec["diagnostics"][k] for k in ("metrics", "baselines", "run_info"))
+    assert ri["clients"] == 2 and len(ri["client_privacy"]) == 2
+    assert m["test_accuracy"] >= 0.81 > b["test_majority_rate"] + 0.04
+    assert m["train_accuracy"] >= b["train_majority_rate"] + 0.04
+    assert ri["escape_tests"] >= 1
+    assert ri["epsilon_max_over_clients"] <= 1.0 * (1 + 1e-9)
+
+
 # ---------------------------------------------------------------- sharding
 def test_sharding_is_deterministic_disjoint_and_skewed():
     rng = np.random.default_rng(0)
