@@ -1,27 +1,32 @@
-"""Saddle experiment for networks (issue 19, item 3): five DP algorithms started
-exactly at the symmetric saddle of a one-hidden-layer network.
+"""Saddle experiment for networks (issues 19 item 3, 11 item 6): five DP
+algorithms started exactly at the symmetric saddle of a one-hidden-layer network.
 
-Data: scikit-learn's bundled digits (1,797 x 64), label +1 for even digits and
--1 for odd ones, rows scaled to norm 1 (public preprocessing: a fixed map of
-each record), split 1,437 / 360 by a fixed public seed.  Loss
-``mlp:hidden=H,init=zero``: every algorithm starts at w = 0, where all hidden
-units are identical, the gradient is zero except in the output bias c, and
-(after c fits the class balance) the Hessian has a negative eigenvalue
--|E[phi'(c, y) (x, 1)]| from the coupling of each unit's input weights with
-its output weight: a strict saddle.
+Data (``--data``): ``adult`` (a9a from ../shared/data, 32,561 / 16,281 rows, 123
+features), ``ijcnn1`` (../shared/data), or scikit-learn's bundled ``digits``
+(1,797 x 64, label +1 for even digits, split 1,437 / 360 by a fixed public
+seed); rows scaled to norm 1.  Loss ``mlp:hidden=H,init=zero`` plus
+``--loss-options`` (e.g. ``M=0.5``, a declared smoothness): every algorithm
+starts at w = 0, where all hidden units are identical, the gradient is zero
+except in the output bias c, and (after c fits the class balance) the Hessian
+has a negative eigenvalue -|E[phi'(c, y) (x, 1)]| from the coupling of each
+unit's input weights with its output weight: a strict saddle.
 
-For each algorithm at the same (epsilon, delta) and each seed, the checkpoints
-of the run's trajectory are evaluated after the run (non-private
-diagnostics): lambda_min of the empirical Hessian (Lanczos, scipy eigsh, on
-the exact HVP kernel), the distance from the saddle manifold |(W, b, v)|,
-the training loss and test accuracy.  An algorithm "has left" the saddle at
-the first checkpoint where the training loss is below the saddle's loss
-minus 0.01.
+For each budget in ``--eps``, algorithm (its default parameters and default
+noise, plus ``--param ALGO:KEY=VALUE``) and seed, the checkpoints of the run's
+trajectory are evaluated after the run (non-private diagnostics): training
+loss, test accuracy, the distance |(W, b, v)| from the saddle manifold, and at
+the first, the last and ``--lanczos`` evenly spaced checkpoints lambda_min of
+the empirical Hessian (Lanczos, scipy eigsh, on the exact HVP kernel).  A run
+"has left" the saddle at the first checkpoint whose training loss is below the
+saddle's loss minus 0.01.  perturbed-sgd's escape tests (count, outcomes, log)
+and adaptive-spider's perturbations are kept from the run info.
 
-    nice python benchmarks/experiment_saddles_mlp.py [--eps 2] [--seeds 3] [--hidden 8] [--out FILE]
+    NUMBA_NUM_THREADS=1 nice python benchmarks/experiment_saddles_mlp.py --data adult --eps 1,2 --seeds 3 \
+        [--hidden 8] [--lanczos 4] [--loss-options M=0.5] [--param perturbed-sgd:o1_budget=2] [--out FILE]
+    python benchmarks/experiment_saddles_mlp.py --tables FILE   # reprint the tables of a record
 
-writes a JSON record (default benchmarks/results/saddles_mlp.json) and prints
-the Markdown tables of docs/experiment-saddles-mlp.md.
+writes a JSON record (default benchmarks/results/saddles_mlp_DATA.json) and
+prints the Markdown tables of docs/experiment-saddles-mlp.md.
 """
 from __future__ import annotations
 
@@ -247,15 +252,16 @@ def tables(rec) -> str:
              f"Saddle (W = b = v = 0, best c): loss {sad['loss']:.4f}, lambda_min {sad['lambda_min']:+.4f}, "
              f"|grad| {sad['grad_norm']:.1e}, test accuracy {sad.get('test_accuracy', float('nan')):.3f}; "
              f"at w = 0: loss {sad.get('loss_at_0', float('nan')):.4f}, lambda_min {sad['lambda_min_at_0']:+.4f}.", "",
-             "| eps | algorithm | seed | steps | lambda_min start -> end (min along run) | left saddle at step | "
-             "final loss | final dist | test acc | certificate / escape tests |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| eps | algorithm | seed | steps | records used / n | lambda_min start -> end (min along run) | "
+             "left saddle at step | final loss | final dist | test acc | certificate / escape tests |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         cps = r["checkpoints"]
         lm = [c["lambda_min"] for c in cps if c["lambda_min"] is not None]
         la = left_at(r, sad)
         c = cps[-1]
-        lines.append(f"| {r['eps']:g} | {r['algo']} | {r['seed']} | {r['iterations']} | {lm[0]:+.4f} -> "
+        lines.append(f"| {r['eps']:g} | {r['algo']} | {r['seed']} | {r['iterations']} | "
+                     f"{r['records_used'] / rec['n']:.3g} | {lm[0]:+.4f} -> "
                      f"{lm[-1]:+.4f} ({min(lm):+.4f}) | {'never' if la is None else la} | {c['loss']:.4f} | "
                      f"{c['dist']:.2f} | {c['test_accuracy']:.3f} | {_cert(r)} |")
     lines += ["", "Summary (mean over seeds):", "",
@@ -275,11 +281,18 @@ def tables(rec) -> str:
             pts = ", ".join(f"{c['step']}: {c['lambda_min']:+.3f}" for c in r["checkpoints"]
                             if c["lambda_min"] is not None)
             lines.append(f"- eps {r['eps']:g}, {r['algo']}: {pts}")
-    esc = [(r["eps"], r["seed"], e) for r in runs if r["algo"] == "perturbed-sgd" for e in r["info"].get("escape_log", [])]
+    esc = [r for r in runs if r["algo"] == "perturbed-sgd" and r["seed"] == 0 and r["info"].get("escape_log")]
     if esc:
-        lines += ["", "perturbed-sgd escape tests (eps, seed: step of x~, |x~|, attempts, outcome):", ""]
-        lines += [f"- eps {eps:g}, seed {sd}: step {e['step']}, |x~| {e['x_tilde_norm']:.3f}, "
-                  f"{e['attempts']} attempt(s), {e['outcome']}" for eps, sd, e in esc]
+        lines += ["", "perturbed-sgd escape tests, seed 0 (first three and last: step of x~, |x~|, attempts, "
+                  "outcome; S = escape radius, T_esc = steps per attempt):", ""]
+        for r in esc:
+            log, i = r["info"]["escape_log"], r["info"]
+            shown = log[:3] + ([log[-1]] if len(log) > 3 else [])
+            lines.append(f"- eps {r['eps']:g} (S = {i.get('escape_radius', float('nan')):.3g}, T_esc = "
+                         f"{i.get('escape_steps')}, Q = {i.get('repeats')}, chi = {i.get('chi', float('nan')):.3g}, "
+                         f"step {i.get('eta', float('nan')):.3g}): " + "; ".join(
+                             f"step {e['step']}, |x~| {e['x_tilde_norm']:.3f}, {e['attempts']} attempt(s), "
+                             f"{e['outcome']}" for e in shown) + (f" ({len(log)} logged)" if len(log) > 4 else ""))
     return "\n".join(lines)
 
 
