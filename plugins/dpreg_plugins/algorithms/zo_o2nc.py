@@ -69,6 +69,13 @@ from dpreg_plugins.oracles.zeroth_order import ZerothOrderOracle
 
 PAPER = "zhang-tran-cutkosky-2024-private-zeroth-order.txt"
 
+#: practical defaults (``preset=practical``), chosen on adult's training split
+#: (see docs/experiment-zeroth-order.md)
+PRACTICAL_H = 1.0
+PRACTICAL_CLIP = 1.0
+PRACTICAL_B2 = 8
+PRACTICAL_BLOCKS = 8
+
 
 def paper_rho(epsilon: float, delta: float) -> float:
     """The paper's rho for an (eps, delta) budget: rho^2/2 = the zCDP rho_z
@@ -116,64 +123,112 @@ class ZoO2NC(Algorithm):
     keep_iterates: bool = False
 
     params = (
+        ParamSpec("preset", "str", "practical", "practical constants or the literal Thm 4.9 / App. E values",
+                  "theory: h = 0.1, T, K, B1, B2, D = h/T of Thm 4.9, no record clip, Alg 2's DIFF; "
+                  "practical: the PRACTICAL values below wherever a parameter is left unset",
+                  choices=("practical", "theory")),
         ParamSpec("oracle", "str", "vr", "gradient oracle: variance-reduced GRAD+DIFF or the naive one",
                   "vr: Alg 4 (GRAD at t=1, DIFF after); naive: Alg 6 (App. E)", choices=("vr", "naive")),
-        ParamSpec("smoothing", "float", 0.1, "smoothing radius h (the paper's delta; also the Goldstein radius)",
-                  "F_h(w) = E F(w + h v), v ~ U(ball) (Lemma 2.2); worked example of the spec: 0.1",
+        ParamSpec("smoothing", "float", None, "smoothing radius h (the paper's delta; also the Goldstein radius)",
+                  "F_h(w) = E F(w + h v), v ~ U(ball) (Lemma 2.2); theory: 0.1 (the spec's worked example); "
+                  "practical: 1 (a linear model's margin moves by h|x|/sqrt(d), about 0.1 on adult)",
                   low=0, low_open=True),
         ParamSpec("lipschitz", "float", None, "L: clip of each finite difference per unit distance",
                   "L = G, the loss's declared Lipschitz constant (Lemmas 3.1-3.2)", low=0, low_open=True),
         ParamSpec("f_gap", "float", 1.0, "public bound F on F(x_1) - inf F (for the default T)",
                   "Thm 4.9's F; 1 bounds every loss with values in [0, 1] (ramp, sigmoid)",
                   low=0, low_open=True),
+        ParamSpec("record_clip", "float", None, "C: clip of each record's estimate (norm), sets the sensitivity",
+                  "theory: none, a record's term is bounded by Lemmas 3.1-3.2's d L; practical: C = 1 "
+                  "(GRAD term <= C, DIFF term <= C|x-y|/h, sensitivity factor min(dL, C)/b): d L = 124 "
+                  "on adult against a typical |term| of about sqrt(2)|grad f| < 1.6", low=0, low_open=True),
+        ParamSpec("diff", "str", None, "DIFF estimator: Alg 2's two evaluations or the symmetric four",
+                  "theory: paper (Alg 2); practical: symmetric = GRAD(x) - GRAD(y) with the same directions "
+                  "(same bound L|x-y| per coefficient, no common-mode term of norm ~sqrt(d)|grad f||x-y|/h)",
+                  choices=("paper", "symmetric")),
+        ParamSpec("osd_radius", "float", None, "D: OSD radius, the largest move per step",
+                  "Thm 4.9: D = h/T (a block moves at most h: one Goldstein ball); both presets", low=0,
+                  low_open=True),
         ParamSpec("block_length", "int", None, "T: steps per block (OSD restart, tree phase)",
                   "Thm 4.9: T = max{(sqrt(d) L h M/(F+Lh))^(2/3), (d^(3/2) L h M/((F+Lh) rho))^(1/2)} "
-                  "(paper: min, contradicted by its proof); naive (App. E): exponent 2/3 on the second term", low=1),
+                  "(paper: min, contradicted by its proof); naive (App. E): exponent 2/3 on the second term; "
+                  "practical: PRACTICAL_T (naive: the theory T)", low=1),
         ParamSpec("blocks", "int", None, "K: number of blocks",
-                  "K = M/(B1 + B2 (T-1)) = M/(2T) with Thm 4.9's batches; naive: K = M/(B T)", low=1),
+                  "K = M/(B1 + B2 (T-1)) = M/(2T) with Thm 4.9's batches; naive: K = M/(B T); "
+                  "practical: as many as the data holds", low=1),
         ParamSpec("batch1", "int", None, "B1: records of GRAD at the start of a block",
-                  "Thm 4.9: B1 = T + 1 (Cor 4.4 needs B1 >= T B2 / 2)", low=1),
-        ParamSpec("batch2", "int", 1, "B2: records of each DIFF", "Thm 4.9: B2 = 1", low=1),
-        ParamSpec("batch", "int", 1, "B: records per step of the naive oracle", "App. E: B = 1", low=1),
+                  "Thm 4.9: B1 = T + 1 (Cor 4.4 needs B1 >= T B2 / 2); practical: B1 = B2 h/(2D), "
+                  "so GRAD's sensitivity 2C/B1 matches DIFF's largest 4CD/(B2 h)", low=1),
+        ParamSpec("batch2", "int", None, "B2: records of each DIFF",
+                  "Thm 4.9: B2 = 1; practical: PRACTICAL_B2", low=1),
+        ParamSpec("batch", "int", None, "B: records per step of the naive oracle",
+                  "App. E: B = 1, T from its formula; practical: B = PRACTICAL_B2 and T = M/(K B) with "
+                  "K = PRACTICAL_BLOCKS (the vr run's path and steps)", low=1),
         ParamSpec("step", "float", None, "fixed OSD step size eta (default: adaptive)",
                   "paper: 'tuned'; default eta_t = D/sqrt(sum_{s<t} |g~_s|^2), D = h/T", low=0,
                   low_open=True),
         ParamSpec("noise_rule", "str", "calibrated", "noise multiplier rule",
                   "calibrated: smallest z whose plan spends (eps, delta); paper: Cor 4.4 "
                   "sigma = sqrt(2 ln T) s_max/rho (tree only)", choices=("calibrated", "paper")),
-        ParamSpec("output", "str", "random", "which block average to return",
-                  "Alg 3 l.11: w-bar^k with k ~ Uniform[K] ('random')", choices=("random", "last", "average")),
+        ParamSpec("output", "str", None, "which block average to return",
+                  "Alg 3 l.11: w-bar^k with k ~ Uniform[K] ('random', theory); practical: 'last' (the "
+                  "random block is on average halfway along the path: on adult it was often near w = 0)",
+                  choices=("random", "last", "average")),
     )
 
     # ----------------------------------------------------------------- plan
     def plan(self) -> dict:
-        """The run's public sizes: T, K, batches, D, L, h (no data read but n, d)."""
+        """The run's public sizes: T, K, batches, D, L, h, C (no data read but n, d).
+
+        ``preset=theory``: Thm 4.9 / App. E.  ``practical`` (each unset
+        parameter): h = PRACTICAL_H, C = PRACTICAL_CLIP, symmetric DIFF and,
+        for ``vr``, B2 = PRACTICAL_B2, K = PRACTICAL_BLOCKS (at most what the
+        data holds), T = M/(2 K B2) and B1 = T B2 - Thm 4.9's split (half the
+        records in GRADs, B1 = T + 1 at B2 = 1) with K chosen instead of T:
+        the run's path is at most K h, and Thm 4.9's T at eps = 1 on adult
+        (14454) leaves K = 1, a path of h = 0.1 from w = 0."""
         pb = self.problem
         M, d = pb.n, pb.d
         p = self.p
-        h = float(p["smoothing"])
+        theory = p["preset"] == "theory"
+        h = float(p["smoothing"] if p["smoothing"] is not None else (0.1 if theory else PRACTICAL_H))
         L = float(p["lipschitz"]) if p.get("lipschitz") is not None else float(pb.constants()[0])
+        C = p["record_clip"] if p["record_clip"] is not None else (None if theory else PRACTICAL_CLIP)
+        diff = p["diff"] or ("paper" if theory else "symmetric")
         oracle = p["oracle"]
         rho = paper_rho(self.accountant.epsilon_budget, self.accountant.delta)
         T = p["block_length"]
+        B2 = p["batch2"]
+        B = int(p["batch"] or (1 if theory else PRACTICAL_B2))
+        if not theory and T is None:  # K chosen, T follows (vr: half the records in GRADs)
+            K0 = int(p["blocks"] or PRACTICAL_BLOCKS)
+            if oracle == "vr":
+                B2 = int(B2 or PRACTICAL_B2)
+                T = max(1, M // (2 * K0 * B2))
+            else:
+                T = max(1, M // (K0 * B))
+        elif oracle == "vr" and not theory:
+            B2 = int(B2 or PRACTICAL_B2)
         if T is None:  # the formula, capped so that one block fits in the data (K >= 1)
-            cap = M // 2 if oracle == "vr" else M // int(p["batch"])
+            cap = M // 2 if oracle == "vr" else M // B
             T = max(1, min(default_block_length(M, d, L, h, float(p["f_gap"]), rho, oracle), cap))
         T = int(T)
         if oracle == "vr":
-            B1 = int(p["batch1"] or T + 1)
-            B2 = int(p["batch2"])
+            B2 = int(B2 or 1)
+            B1 = int(p["batch1"] or (T + 1 if theory else T * B2))
             per_block = B1 + B2 * (T - 1)
         else:
-            B1 = B2 = int(p["batch"])
+            B1 = B2 = B
             per_block = B1 * T
         K = int(p["blocks"] or M // per_block)
         if K < 1 or K * per_block > M:
             raise ParameterError(
                 f"zo-o2nc needs K x {per_block} records (T={T}, {oracle} oracle) and the data has {M}: "
                 "lower block_length/blocks/batches")
-        return {"oracle": oracle, "T": T, "K": K, "B1": B1, "B2": B2, "D": h / T, "h": h, "L": L,
-                "rho": rho, "records_per_block": per_block}
+        D = float(p["osd_radius"]) if p["osd_radius"] is not None else h / T
+        out = p["output"] or ("random" if theory else "last")
+        return {"oracle": oracle, "T": T, "K": K, "B1": B1, "B2": B2, "D": D, "h": h, "L": L,
+                "record_clip": C, "diff": diff, "output": out, "rho": rho, "records_per_block": per_block}
 
     def _noise_multiplier(self, plan) -> float:
         """Calibrated z: the worst-case record is in one add of one phase (its
@@ -199,7 +254,8 @@ class ZoO2NC(Algorithm):
         z = self._noise_multiplier(plan)
         factor = float(self.accountant.sensitivity_factor)
         oracle = ZerothOrderOracle(pb, smoothing=plan["h"], lipschitz=plan["L"],
-                                   rng=self.rng("zo-o2nc directions"))
+                                   rng=self.rng("zo-o2nc directions"), record_clip=plan["record_clip"],
+                                   symmetric_diff=plan["diff"] == "symmetric")
         access = SinglePass(pb.n, self.rng("zo-o2nc permutation"))
         s_rng = self.rng("zo-o2nc interpolation")
         vr = plan["oracle"] == "vr"
@@ -207,7 +263,7 @@ class ZoO2NC(Algorithm):
                           seed=self.seed_sequence("zo-o2nc noise"))
         fixed_step = self.p.get("step")
         x = self.initial_point()
-        output = OutputChoice(self.p["output"], K, self.rng("zo-o2nc output"), x)
+        output = OutputChoice(plan["output"], K, self.rng("zo-o2nc output"), x)
         traj = Trajectory(K, checkpoints=K)  # every block average w-bar^k is kept
         traj.log(0, x)
         self.block_iterates: list[np.ndarray] = []
@@ -264,6 +320,8 @@ class ZoO2NC(Algorithm):
             "noise": self.noise.name, "noise_multiplier": z, "noise_rule": self.p["noise_rule"],
             "oracle": plan["oracle"], "block_length": T, "blocks": K, "batch1": plan["B1"],
             "batch2": plan["B2"], "smoothing": plan["h"], "osd_radius": D, "lipschitz": plan["L"],
+            "record_clip": plan["record_clip"], "diff": plan["diff"], "preset": self.p["preset"],
+            "output": plan["output"],
             "paper_rho": plan["rho"], "max_sensitivity": s_max, "noise_std_max_node": z * s_max,
             "clipped_terms": clipped, "function_evaluations": oracle.function_evaluations,
             "epsilon_spent": self.accountant.epsilon_spent, "trajectory": traj,
