@@ -204,17 +204,23 @@ def main():
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--preset", default="practical", choices=("practical", "theory"))
     ap.add_argument("--data", default="ijcnn1,adult", help="comma-separated subset of the grid's data sets")
+    ap.add_argument("--losses", default="ramp,sigmoid-l2", help="comma-separated subset of the grid's losses")
+    ap.add_argument("--merge", nargs="*", default=(), metavar="JSON",
+                    help="with --table: also print the rows of these results files (partial runs merged)")
     ap.add_argument("--mechanisms", default="", help="extra vr noise mechanisms, e.g. tree-honaker,sqrt-factorization")
     ap.add_argument("--out", default=str(ROOT / "docs" / "experiment-zeroth-order.json"))
     ap.add_argument("--table", metavar="JSON", help="print the markdown table of a results file and exit")
     args = ap.parse_args()
     if args.table:
-        print(table(json.loads(Path(args.table).read_text())))
+        rows = [r for f in (args.table, *args.merge) for r in json.loads(Path(f).read_text())]
+        print(table([r for r in rows if "loss_value" in r]))  # rows of an unfinished (data, loss) are left out
         return
     reg = get_registry()
     rows = []
     keep = set(args.data.split(","))
-    grid = {("ijcnn1", "ramp"): (4.0,)} if args.quick else {k: v for k, v in GRID.items() if k[0] in keep}
+    losses = set(args.losses.split(","))
+    grid = ({("ijcnn1", "ramp"): (4.0,)} if args.quick
+            else {k: v for k, v in GRID.items() if k[0] in keep and k[1] in losses})
     seeds = range(1 if args.quick else args.seeds)
     extra = [m for m in args.mechanisms.split(",") if m]
     loaded = {}
