@@ -564,7 +564,7 @@ def _unclipped_problem(problem_cls):
             return super().clipped_diff_sum(w, w_prev, idx, np.inf)
 
         def clipped_zo_sum(self, wa, wb, directions, idx, *, clip, **kw):
-            return super().clipped_zo_sum(wa, wb, directions, idx, clip=np.inf, **kw)
+            return super().clipped_zo_sum(wa, wb, directions, idx, **{**kw, "clip": np.inf, "rec_clip": np.inf})
 
     return Unclipped
 

@@ -240,18 +240,22 @@ class Problem:
         return np.zeros(self.d)
 
     def clipped_zo_sum(self, wa: np.ndarray, wb: np.ndarray, directions: np.ndarray, idx: np.ndarray, *,
-                       h: float, sgn: float, scale: float, clip: float):
-        """(sum over records ``idx[t]`` and their unit directions
-        ``directions[t, j]`` of ``c_tj u_tj``, n_clipped) with ``c_tj`` the
-        finite difference ``scale (phi(<x,wa> + h<x,u>) - phi(<x,wb> + sgn h<x,u>))``
-        of the data part clipped to ``[-clip, clip]`` (the zeroth-order
-        estimators; :mod:`dpreg_kernels.zeroth_order`).  psi's part is the caller's."""
+                       h: float, sgn: float, scale: float, clip: float, rec_clip: float = np.inf,
+                       sym: bool = False):
+        """(sum over records ``idx[t]`` of ``Clip_rec_clip(sum_j c_tj u_tj)``
+        over their unit directions ``directions[t, j]``, n_clipped) with
+        ``c_tj`` the finite difference ``scale (phi(<x,wa> + h<x,u>) -
+        phi(<x,wb> + sgn h<x,u>))`` of the data part (``sym``: minus the same
+        at ``-u``) clipped to ``[-clip, clip]`` and each record's vector
+        clipped to norm ``rec_clip`` (the zeroth-order estimators;
+        :mod:`dpreg_kernels.zeroth_order`).  psi's part is the caller's."""
         from dpreg_kernels.zeroth_order import zo_sum  # lazy: compiles or loads cache
 
         U = np.ascontiguousarray(directions, dtype=np.float64)
         return zo_sum(self.dense_X, self.y, np.ascontiguousarray(idx, dtype=np.int64),
                       np.ascontiguousarray(wa, dtype=np.float64), np.ascontiguousarray(wb, dtype=np.float64),
-                      U, float(h), float(sgn), float(scale), _inner(clip), self._scalars[0])
+                      U, float(h), float(sgn), float(scale), _inner(clip), _inner(rec_clip), bool(sym),
+                      self._scalars[0])
 
     @property
     def dense_X(self) -> np.ndarray:

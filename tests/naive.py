@@ -210,11 +210,11 @@ def mlp_hessian(h, activation, X, y, w):
     return sum(mlp_record_hessian(h, activation, X[i], y[i], w) for i in range(X.shape[0])) / X.shape[0]
 
 
-def zo_sum(loss, X, y, idx, wa, wb, U, h, sgn, scale, clip):
-    """Reference of dpreg_kernels.zeroth_order.zo_sum: sum over records t and
-    directions j of clip(scale (phi(<x,wa> + h p) - phi(<x,wb> + sgn h p)))
-    u_tj with p = <x_t, u_tj>; NaN coefficients dropped.  Returns (sum,
-    n_clipped)."""
+def zo_sum(loss, X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip=np.inf, sym=False):
+    """Reference of dpreg_kernels.zeroth_order.zo_sum: sum over records t of
+    Clip_rec_clip(sum_j clip(c_tj) u_tj), c_tj = scale (phi(<x,wa> + h p) -
+    phi(<x,wb> + sgn h p)) (``sym``: minus the same at -p), p = <x_t, u_tj>;
+    NaN coefficients dropped.  Returns (sum, n_clipped coefficients + records)."""
     phi = _vec(type(loss).phi)
     Xb, yb = X[idx], y[idx]
     P = np.einsum("td,tjd->tj", Xb, U)
@@ -223,6 +223,12 @@ def zo_sum(loss, X, y, idx, wa, wb, U, h, sgn, scale, clip):
     Y = np.broadcast_to(yb[:, None], P.shape)
     with np.errstate(invalid="ignore", over="ignore"):
         V = scale * (phi(ma + h * P, Y) - phi(mb + sgn * h * P, Y))
+        if sym:
+            V = V - scale * (phi(ma - h * P, Y) - phi(mb - sgn * h * P, Y))
     bad = ~(np.abs(V) <= clip)
     C = np.where(np.isnan(V), 0.0, np.clip(V, -clip, clip))
-    return np.einsum("tj,tjd->d", C, U), int(bad.sum())
+    R = np.einsum("tj,tjd->td", C, U)
+    nr = np.linalg.norm(R, axis=1)
+    over = nr > rec_clip
+    R[over] *= (rec_clip / nr[over])[:, None]
+    return R.sum(0), int(bad.sum()) + int(over.sum())

@@ -41,13 +41,18 @@ def test_kernel_matches_numpy_reference(registry, loss_name, b, J):
     wa = rng.standard_normal(d)
     wb = wa + 0.3 * rng.standard_normal(d)
     phi = loss.scalar_kernels()[0]
-    for args in ((wa, wa, 0.2, -1.0, 1 / 0.4, 0.3),     # GRAD form, clip active
-                 (wa, wb, 0.2, 1.0, 1.0, 0.05),          # DIFF form, clip active
-                 (wa, wb, 0.2, 1.0, 1.0, np.inf)):       # no clip
+    for args in ((wa, wa, 0.2, -1.0, 1 / 0.4, 0.3, np.inf, False),   # GRAD form, clip active
+                 (wa, wb, 0.2, 1.0, 1.0, 0.05, np.inf, False),        # DIFF form, clip active
+                 (wa, wa, 0.2, -1.0, 1 / 0.4, 0.3, 0.05, False),      # GRAD, record clip active
+                 (wa, wb, 0.2, 1.0, 0.5, 0.05, 0.02, True),           # symmetric DIFF, both clips
+                 (wa, wb, 0.2, 1.0, 0.5, np.inf, np.inf, True),       # symmetric DIFF, no clip
+                 (wa, wb, 0.2, 1.0, 1.0, np.inf, np.inf, False)):     # no clip
         s, k = zo_sum(X, y, idx, *args[:2], U, *args[2:], phi)
         s_ref, k_ref = naive.zo_sum(loss, X, y, idx, *args[:2], U, *args[2:])
         np.testing.assert_allclose(s, s_ref, rtol=1e-9, atol=1e-12)
         assert k == k_ref
+        if args[6] < np.inf and b == 2000:  # the record clip bites among 2000 records
+            assert k_ref > 0
     assert k_ref == 0
     assert (_n_zo_chunks(b, J, d) > 1) == (b == 2000)  # both kernel variants are covered
 
@@ -64,9 +69,9 @@ def test_kernel_result_does_not_depend_on_thread_count(registry):
     old = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
-        a = zo_sum(X, y, idx, w, w, U, 0.1, -1.0, 5.0, 1.0, phi)[0]
+        a = zo_sum(X, y, idx, w, w, U, 0.1, -1.0, 5.0, 1.0, 2.0, False, phi)[0]
         numba.set_num_threads(old)
-        b = zo_sum(X, y, idx, w, w, U, 0.1, -1.0, 5.0, 1.0, phi)[0]
+        b = zo_sum(X, y, idx, w, w, U, 0.1, -1.0, 5.0, 1.0, 2.0, False, phi)[0]
     finally:
         numba.set_num_threads(old)
     assert np.array_equal(a, b)
@@ -138,23 +143,30 @@ class LeastSquares(LinearModelLoss):
         return 100.0, 1.0, 0.0
 
 
-def test_diff_estimates_the_gradient_difference():
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_diff_estimates_the_gradient_difference(symmetric):
     """E DIFF(x, y) = grad F_h(x) - grad F_h(y) = H (x - y) for a quadratic
-    (h = 1: no bias, smaller variance).  The tolerance (10 %) is > 5 standard
-    errors; a factor-2 error in the scale would miss by 100 %."""
+    (h = 1: no bias, smaller variance), for Alg 2 and the symmetric form.
+    The tolerance (10 %) is > 5 standard errors; a factor-2 error in the
+    scale would miss by 100 %."""
     rng = np.random.default_rng(6)
     n, d = 300, 5
     X = unit_rows(rng, n, d)
     pb = Problem(LeastSquares(), X, rng.standard_normal(n))
     w = rng.standard_normal(d)
     x = w + 0.5 * rng.standard_normal(d) / math.sqrt(d)
-    orc = ZerothOrderOracle(pb, smoothing=1.0, rng=np.random.default_rng(7))
+    orc = ZerothOrderOracle(pb, smoothing=1.0, rng=np.random.default_rng(7), symmetric_diff=symmetric)
     target = pb.gradient(x) - pb.gradient(w)
-    mean, se = _mean_and_se([orc.diff(x, w, pb.all_rows, ANY, factor=2.0).value for _ in range(600)])
+    draws = [orc.diff(x, w, pb.all_rows, ANY, factor=2.0).value for _ in range(600)]
+    mean, se = _mean_and_se(draws)
     tol = 0.1 * np.linalg.norm(target)
     assert orc.diff(x, w, pb.all_rows, ANY, factor=2.0).clipped == 0
     assert 5 * se < tol
     assert np.linalg.norm(mean - target) < tol
+    if symmetric:  # the common-mode term <grad f, x - y> u is gone: much less spread than Alg 2
+        alg2 = ZerothOrderOracle(pb, smoothing=1.0, rng=np.random.default_rng(7))
+        _, se2 = _mean_and_se([alg2.diff(x, w, pb.all_rows, ANY, factor=2.0).value for _ in range(600)])
+        assert se < 0.5 * se2
 
 
 def test_psi_part_is_estimated_too(registry):
@@ -207,6 +219,34 @@ def test_per_record_terms_respect_lemma_bounds_on_hostile_records(registry, loss
     assert orc.grad(np.zeros(d), np.arange(3, dtype=np.int64), ANY, factor=2.0).clipped > 0
 
 
+@pytest.mark.parametrize("loss_name", ["logistic", "ramp", "sigmoid"])
+def test_record_clip_bounds_each_record_and_sets_the_sensitivity(registry, loss_name):
+    """With the practical record clip C each record's term has norm <= C
+    (GRAD, naive) and C |x - y| / h (DIFF, both forms), and the sensitivity
+    is factor C / b (factor C |x - y| / (b h)), whatever the record."""
+    pb = _hostile_problem(registry, loss_name)
+    d, L, h, C = pb.d, 0.5, 0.01, 0.3
+    rng = np.random.default_rng(21)
+    for sym in (False, True):
+        orc = ZerothOrderOracle(pb, smoothing=h, lipschitz=L, rng=np.random.default_rng(20), record_clip=C,
+                                symmetric_diff=sym)
+        for _ in range(10):
+            w = 50 * rng.standard_normal(d)
+            v = w + 3 * rng.standard_normal(d)
+            for i in range(pb.n):
+                one = np.array([i], dtype=np.int64)
+                g = orc.grad(w, one, ANY, factor=2.0)
+                assert np.linalg.norm(g.value) <= C and g.sensitivity == 2 * C
+                q = orc.diff(w, v, one, ANY, factor=2.0)
+                bound = C * np.linalg.norm(w - v) / h
+                assert np.linalg.norm(q.value) <= bound and q.sensitivity == pytest.approx(2 * bound)
+                a = orc.naive(w, one, ANY, factor=2.0)
+                assert np.linalg.norm(a.value) <= C * (1 + 1e-12) and a.sensitivity == 2 * C
+    # a clip above d L changes nothing: the sensitivity stays Lemma 3.1's
+    big = ZerothOrderOracle(pb, smoothing=h, lipschitz=L, rng=np.random.default_rng(20), record_clip=1e9)
+    assert big.grad(np.zeros(d), pb.all_rows[:2], ANY, factor=2.0).sensitivity == pytest.approx(d * L)
+
+
 def test_replacing_a_record_moves_the_mean_by_at_most_the_sensitivity(registry):
     """Neighbouring batches (one record replaced by a hostile one), same
     directions: |GRAD(Z) - GRAD(Z')| <= sensitivity = 2 d L / b (and DIFF)."""
@@ -217,10 +257,11 @@ def test_replacing_a_record_moves_the_mean_by_at_most_the_sensitivity(registry):
         v = w + 0.01 * rng.standard_normal(pb.d)
         Z = np.array([3, 4, 5, 6], dtype=np.int64)
         Zp = np.array([3, 4, 5, [0, 1, 2][trial % 3]], dtype=np.int64)
+        opts = [{}, {"record_clip": 0.2, "symmetric_diff": True}, {"record_clip": 0.2}][trial % 3]
         for kind, args in (("grad", (w,)), ("diff", (w, v)), ("naive", (w,))):
-            a = getattr(ZerothOrderOracle(pb, smoothing=0.05, rng=np.random.default_rng(trial)), kind)(
+            a = getattr(ZerothOrderOracle(pb, smoothing=0.05, rng=np.random.default_rng(trial), **opts), kind)(
                 *args, Z, ANY, factor=2.0)
-            b = getattr(ZerothOrderOracle(pb, smoothing=0.05, rng=np.random.default_rng(trial)), kind)(
+            b = getattr(ZerothOrderOracle(pb, smoothing=0.05, rng=np.random.default_rng(trial), **opts), kind)(
                 *args, Zp, ANY, factor=2.0)
             assert np.linalg.norm(a.value - b.value) <= a.sensitivity * (1 + 1e-9)
 
@@ -264,12 +305,13 @@ def ramp_problem(registry):
 
 def test_thm_4_9_defaults(registry, ramp_problem):
     pb = ramp_problem
-    algo, acc = _algo(registry, pb, eps=4.0)
+    algo, acc = _algo(registry, pb, eps=4.0, preset="theory")
     plan = algo.plan()
     rho = paper_rho(4.0, 1e-5)
     assert plan["T"] == default_block_length(pb.n, pb.d, 1.0, 0.1, 1.0, rho, "vr")
     assert plan["B1"] == plan["T"] + 1 and plan["B2"] == 1
     assert plan["K"] == pb.n // (2 * plan["T"]) and plan["D"] == pytest.approx(0.1 / plan["T"])
+    assert plan["record_clip"] is None and plan["diff"] == "paper" and plan["output"] == "random"
     # the spec's worked example (IJCNN-sized, d=22, L=1, h=0.1, F=0.7, rho=1): balance
     # points 749.6 (non-private) and 671.9 (private); the spec took the min (671), the
     # proof needs the max
@@ -278,12 +320,38 @@ def test_thm_4_9_defaults(registry, ramp_problem):
     assert default_block_length(34_990, 22, 1.0, 0.1, 0.7, math.inf, "vr") == 749  # non-private
     assert default_block_length(34_990, 22, 1.0, 0.1, 0.7, 0.1, "vr") == 2124  # privacy-dominated
     # the formula's T is capped so that one block fits in the data (naive at a small eps)
-    naive_plan = _algo(registry, pb, eps=0.05, oracle="naive")[0].plan()
+    naive_plan = _algo(registry, pb, eps=0.05, oracle="naive", preset="theory")[0].plan()
     assert default_block_length(pb.n, pb.d, 1.0, 0.1, 1.0, paper_rho(0.05, 1e-5), "naive") > pb.n
     assert naive_plan["T"] == pb.n and naive_plan["K"] == 1
     # rho: the zCDP rho_z = rho^2/2 of the budget converts back to eps
     rz = rho ** 2 / 2
     assert rz + 2 * math.sqrt(rz * math.log(1e5)) == pytest.approx(4.0)
+
+
+def test_practical_defaults(registry, ramp_problem):
+    """preset=practical (the default): Thm 4.9's split with K chosen instead
+    of T (T = M/(2 K B2), B1 = T B2, D = h/T), the record clip, the symmetric
+    DIFF and the last block average; explicit parameters win over both presets."""
+    from dpreg_plugins.algorithms import zo_o2nc as zo
+
+    pb = ramp_problem
+    plan = _algo(registry, pb)[0].plan()
+    B2 = zo.practical_batch2(pb.n, zo.PRACTICAL_BLOCKS)  # n = 3000: lowered to keep T >= 16
+    assert B2 == pb.n // (2 * zo.PRACTICAL_BLOCKS * zo.PRACTICAL_MIN_T) < zo.PRACTICAL_B2
+    assert zo.practical_batch2(32561, 4) == zo.PRACTICAL_B2 and zo.practical_batch2(40, 4) == 1
+    T = pb.n // (2 * zo.PRACTICAL_BLOCKS * B2)
+    assert T >= zo.PRACTICAL_MIN_T
+    assert (plan["T"], plan["B2"], plan["B1"]) == (T, B2, T * B2)
+    assert plan["K"] == pb.n // (plan["B1"] + plan["B2"] * (T - 1)) >= zo.PRACTICAL_BLOCKS
+    assert plan["h"] == zo.PRACTICAL_H and plan["D"] == pytest.approx(zo.PRACTICAL_H / T)
+    assert plan["record_clip"] == zo.PRACTICAL_CLIP and plan["diff"] == "symmetric" and plan["output"] == "last"
+    mine = _algo(registry, pb, smoothing=0.3, record_clip=2.0, diff="paper", output="random", batch2=2,
+                 blocks=3, osd_radius=0.01)[0].plan()
+    assert (mine["h"], mine["record_clip"], mine["diff"], mine["output"], mine["B2"], mine["K"], mine["D"]) == \
+        (0.3, 2.0, "paper", "random", 2, 3, 0.01)
+    assert mine["T"] == pb.n // (2 * 3 * 2)
+    theory = _algo(registry, pb, preset="theory", record_clip=2.0)[0].plan()
+    assert theory["record_clip"] == 2.0 and theory["h"] == 0.1 and theory["B2"] == 1
 
 
 @pytest.mark.parametrize("noise", ["tree", "gaussian"])
@@ -303,7 +371,8 @@ def test_run_spends_at_most_epsilon_and_charges_dp_accounting_events(registry, r
         ref.compose(dpa.GaussianDpEvent(z))
     assert acc.epsilon_spent == pytest.approx(ref.get_epsilon(1e-5), rel=1e-6)
     assert acc.state()["groups"] == K * T  # one disjoint group per batch
-    assert out.records_used == K * (2 * T) <= ramp_problem.n
+    B1, B2 = out.info["batch1"], out.info["batch2"]
+    assert out.records_used == K * (B1 + B2 * (T - 1)) <= ramp_problem.n
 
 
 def test_naive_oracle_and_paper_noise_rule(registry, ramp_problem):
@@ -323,7 +392,7 @@ def test_naive_oracle_and_paper_noise_rule(registry, ramp_problem):
 
 
 def test_output_is_a_recorded_block_average_and_runs_are_reproducible(registry, ramp_problem):
-    a, _ = _algo(registry, ramp_problem, seed=3, blocks=6, block_length=20)
+    a, _ = _algo(registry, ramp_problem, seed=3, blocks=6, block_length=20, preset="theory")
     a.keep_iterates = True
     out = a.run()
     traj = out.info["trajectory"]
@@ -333,7 +402,7 @@ def test_output_is_a_recorded_block_average_and_runs_are_reproducible(registry, 
         np.testing.assert_allclose(traj.iterates[k], its.mean(0), rtol=1e-12, atol=1e-15)
         steps = np.linalg.norm(np.diff(its, axis=0), axis=1)
         assert np.all(steps <= 2 * out.info["osd_radius"] * (1 + 1e-9))  # Remark 4.1
-    b, _ = _algo(registry, ramp_problem, seed=3, blocks=6, block_length=20)
+    b, _ = _algo(registry, ramp_problem, seed=3, blocks=6, block_length=20, preset="theory")
     assert np.array_equal(b.run().w, out.w)
 
 

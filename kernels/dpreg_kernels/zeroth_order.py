@@ -8,22 +8,27 @@ function evaluations of one record along J directions cost one dot product
 a block of records and a block of directions ``U[t, j, :]`` (record t of the
 block, direction j; unit vectors drawn by the caller, in numpy),
 
-    sum_t sum_j c_tj u_tj,
+    sum_t Clip_rec_clip( sum_j c_tj u_tj ),
     c_tj = clip_[-clip, clip]( scale * (phi(<x, wa> + h p, y) - phi(<x, wb> + sgn h p, y)) ),
     p = <x_t, u_tj>,
 
-which is
+(``sym``: c_tj's difference minus the same difference at ``-p``, four
+evaluations) with ``Clip_c(v) = v min(1, c/|v|)`` the per-record norm clip
+(``rec_clip = inf``: none), which is
 
 * GRAD (Alg 1, two-point): ``wa = wb = w``, ``sgn = -1``, ``scale = 1/(2h)``;
 * DIFF (Alg 2, same direction at both points): ``wa = x``, ``wb = y``,
-  ``sgn = +1``, ``scale = 1``;
+  ``sgn = +1``, ``scale = 1``; the symmetric DIFF (``sym``, ``scale = 1/2``)
+  is GRAD(x) - GRAD(y) with the same directions, whose coefficient obeys the
+  same bound |c| <= L |x - y| and has no common-mode term <grad f, x - y>;
 * the naive oracle (Alg 6): GRAD with J = 1.
 
 The caller multiplies by the outer constant (1 for GRAD, 1/h for DIFF, d for
 Alg 6) and adds psi's data-independent part.  Each coefficient is clipped
 (a NaN drops the term and counts as clipped), so a record's term has norm at
-most ``J * clip * max_j |u_tj|`` whatever its data: this is where Lemmas
-3.1-3.2's sensitivities are enforced.  Records are split into fixed chunks
+most ``min(J * clip * max_j |u_tj|, rec_clip)`` whatever its data: this is
+where Lemmas 3.1-3.2's sensitivities (and the practical per-record clip) are
+enforced.  Records are split into fixed chunks
 (a function of the block size, J and d alone), the chunks run under ``prange``
 with one partial sum each, and the partials are added serially in chunk order:
 bit-identical for every thread count, O(chunks x d) extra memory, no random
@@ -72,16 +77,18 @@ def _clip_coef(v, clip):
     return 0.0
 
 
-def _zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi):
-    """``(sum_t sum_j c_tj u_tj, n_clipped)`` over the records ``idx[t]`` of
-    the block and their directions ``U[t, j]`` (see the module docstring);
-    ``n_clipped`` counts the coefficients clipped or dropped."""
+def _zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip, sym, phi):
+    """``(sum_t r_t, n_clipped)`` over the records ``idx[t]`` of the block
+    and their directions ``U[t, j]``, ``r_t = Clip_rec_clip(sum_j c_tj u_tj)``
+    (see the module docstring); ``n_clipped`` counts the coefficients clipped
+    or dropped plus the records whose norm was clipped."""
     b = idx.shape[0]
     J = U.shape[1]
     d = X.shape[1]
     nc = _zo_chunks(b, J, d)
     step = (b + nc - 1) // nc
     part = np.zeros((nc, d))
+    rec = np.zeros((nc, d))
     ncl = np.zeros(nc, dtype=np.int64)
     for c in prange(nc):
         lo = c * step
@@ -97,17 +104,31 @@ def _zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi):
             for q in range(d):
                 ma += x[q] * wa[q]
                 mb += x[q] * wb[q]
+            for q in range(d):
+                rec[c, q] = 0.0
             for j in range(J):
                 u = U[t, j]
                 p = 0.0
                 for q in range(d):
                     p += x[q] * u[q]
                 v = scale * (phi(ma + h * p, yi) - phi(mb + sgn * h * p, yi))
+                if sym:
+                    v -= scale * (phi(ma - h * p, yi) - phi(mb - sgn * h * p, yi))
                 cv = _clip_coef(v, clip)
                 if not (v <= clip and v >= -clip):
                     k += 1
                 for q in range(d):
-                    acc[q] += cv * u[q]
+                    rec[c, q] += cv * u[q]
+            nr = 0.0
+            for q in range(d):
+                nr += rec[c, q] * rec[c, q]
+            nr = np.sqrt(nr)
+            f = 1.0
+            if nr > rec_clip:
+                f = rec_clip / nr
+                k += 1
+            for q in range(d):
+                acc[q] += f * rec[c, q]
         ncl[c] = k
     out = np.zeros(d)
     nclip = 0
@@ -118,7 +139,7 @@ def _zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi):
     return out, nclip
 
 
-_ZO_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Vec, Vec, Dirs, f8, f8, f8, f8, ScalarFn)
+_ZO_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Vec, Vec, Dirs, f8, f8, f8, f8, f8, types.boolean, ScalarFn)
 
 _zo_chunks = jit_inline(_zo_chunks)
 _clip_coef = jit_inline(_clip_coef)
@@ -129,10 +150,10 @@ zo_sum_serial = jit_serial(_ZO_SIG)(_zo_sum)
 _n_zo_chunks = _zo_chunks.py_func  # plain Python: a function of (b, J, d) alone
 
 
-def zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi):
+def zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip, sym, phi):
     """:func:`_zo_sum`, serial when the block is one chunk (a DIFF of one
     record: a parallel region's start-up would cost more than the work),
     parallel otherwise; both give the same bits (same chunks, same order)."""
     if _n_zo_chunks(idx.shape[0], U.shape[1], U.shape[2]) == 1:
-        return zo_sum_serial(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi)
-    return zo_sum_parallel(X, y, idx, wa, wb, U, h, sgn, scale, clip, phi)
+        return zo_sum_serial(X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip, sym, phi)
+    return zo_sum_parallel(X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip, sym, phi)

@@ -19,7 +19,8 @@ Single pass over disjoint batches (records used at most once).  Block k
 
 Sensitivities are enforced by the oracle's clipping (Lemmas 3.1-3.2, replace
 one record): s_1 = 2dL/B1 and s_t = 2dL|w_t - w_{t-1}|/(B2 h) - the actual
-(public) distance, at most 4dL/(B2 T) since |Delta| <= D = h/T.  Any noise
+(public) distance, at most 4dL/(B2 T) since |Delta| <= D = h/T (with the
+practical record clip C, d L becomes min(d L, C)).  Any noise
 plugin releases the running sum (default ``tree``: the existing
 TreeMechanism with disjoint groups is Alg 5, node std = z x the largest
 sensitivity among its leaves).  Accounting goes through the one accountant:
@@ -32,7 +33,7 @@ uses Cor 4.4's sigma_t = sqrt(2 ln T) s_max / rho instead, i.e. z = sqrt(2 ln T 
 L) times the calibrated z (the L-fold Gaussian(z) is Gaussian(z/sqrt L) in
 RDP), floored at the calibrated z (Thm 4.3's |OUT| <= 2 ln T fails for T < 7).
 
-Defaults are Thm 4.9's: B1 = T + 1, B2 = 1, D = h/T, K = M/(2T) and
+``preset=theory`` gives Thm 4.9's values: B1 = T + 1, B2 = 1, D = h/T, K = M/(2T) and
 T = max{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(1/2)}
 (the paper prints min, which its proof contradicts: see default_block_length)
 (capped so that one block fits in the data: at a9a's d = 123 and eps <= 2
@@ -48,6 +49,28 @@ noise of std z 2dL/B (the noise plugin restarted at every step, so ``tree``
 and ``gaussian`` coincide); each record is charged one Gaussian(z).  Its
 defaults (App. E): B = 1, K = M/(B T), and
 T = max{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(2/3)}.
+
+``preset=practical`` (the default) changes, for each parameter left unset,
+what measurement on adult's training split (eps = 1, logistic; see
+docs/experiment-zeroth-order.md) showed to stop learning; the theory values
+returned the majority class there (test accuracy 0.706 over 3 seeds):
+
+* the path: Thm 4.9's T (14454 at eps = 1 on adult) leaves K = M/(2T) = 1
+  block, and a block moves at most T D = h = 0.1 from w = 0, while the
+  logistic optimum needs |w| of 5-10 for 0.82 accuracy.  Practical: choose K
+  (PRACTICAL_BLOCKS), then T = M/(2 K B2), B1 = T B2 (Thm 4.9's half/half
+  split), D = h/T, and a larger h (PRACTICAL_H: the margin of a linear model
+  moves by h<x, u> ~ h|x|/sqrt(d), about 0.7 on adult), so the path K h is long
+  enough; larger B2 (PRACTICAL_B2) means fewer tree levels (smaller z);
+* the sensitivity: a record's term is bounded by d L = 124 x 1.12 on adult,
+  while its typical norm is about sqrt(2)|grad f_i| < 1.6 (d random unit
+  directions): the record clip C (PRACTICAL_CLIP) is the bound instead
+  (sensitivity factor min(dL, C)/b, enforced in the kernel);
+* DIFF: Alg 2 carries a common-mode term <grad f, x - y> sum_j u_j of norm
+  ~sqrt(d)|grad f||x - y|/h that the record clip would cut together with the
+  signal; the symmetric DIFF (GRAD(x) - GRAD(y), same directions) has none;
+* the output: a uniformly random block average sits on average halfway along
+  the path; practical returns the last one (post-processing either way).
 
 OSD step: the paper only says "tuned"; the default is adaptive,
 eta_t = D / sqrt(sum_{s<t} |g~_s|^2) (post-processing of releases); ``step``
@@ -68,6 +91,21 @@ from dpreg.trajectory import OutputChoice, Trajectory
 from dpreg_plugins.oracles.zeroth_order import ZerothOrderOracle
 
 PAPER = "zhang-tran-cutkosky-2024-private-zeroth-order.txt"
+
+#: practical defaults (``preset=practical``), chosen on adult's training split
+#: (see docs/experiment-zeroth-order.md)
+PRACTICAL_H = 8.0
+PRACTICAL_CLIP = 1.0
+PRACTICAL_B2 = 128
+PRACTICAL_BLOCKS = 4
+#: B2 is lowered (to 1 at least) on small data so that a block keeps T >= this
+PRACTICAL_MIN_T = 16
+
+
+def practical_batch2(M: int, K: int) -> int:
+    """B2 = PRACTICAL_B2, lowered so that T = M/(2 K B2) >= PRACTICAL_MIN_T
+    where the data allows it (at least 1)."""
+    return max(1, min(PRACTICAL_B2, M // (2 * K * PRACTICAL_MIN_T)))
 
 
 def paper_rho(epsilon: float, delta: float) -> float:
@@ -117,64 +155,110 @@ class ZoO2NC(Algorithm):
     keep_iterates: bool = False
 
     params = (
+        ParamSpec("preset", "str", "practical", "practical constants or the literal Thm 4.9 / App. E values",
+                  "theory: h = 0.1, T, K, B1, B2, D = h/T of Thm 4.9, no record clip, Alg 2's DIFF; "
+                  "practical (default): the practical values noted below wherever a parameter is left unset",
+                  choices=("practical", "theory")),
         ParamSpec("oracle", "str", "vr", "gradient oracle: variance-reduced GRAD+DIFF or the naive one",
                   "vr: Alg 4 (GRAD at t=1, DIFF after); naive: Alg 6 (App. E)", choices=("vr", "naive")),
-        ParamSpec("smoothing", "float", 0.1, "smoothing radius h (the paper's delta; also the Goldstein radius)",
-                  "F_h(w) = E F(w + h v), v ~ U(ball) (Lemma 2.2); worked example of the spec: 0.1",
+        ParamSpec("smoothing", "float", None, "smoothing radius h (the paper's delta; also the Goldstein radius)",
+                  "F_h(w) = E F(w + h v), v ~ U(ball) (Lemma 2.2); theory: 0.1 (the spec's worked example); "
+                  "practical: 8 (a block moves at most h; a linear model's margin moves by h<x,u>, "
+                  "about h|x|/sqrt(d) = 0.8 on adult)",
                   low=0, low_open=True),
         ParamSpec("lipschitz", "float", None, "L: clip of each finite difference per unit distance",
                   "L = G, the loss's declared Lipschitz constant (Lemmas 3.1-3.2)", low=0, low_open=True),
         ParamSpec("f_gap", "float", 1.0, "public bound F on F(x_1) - inf F (for the default T)",
                   "Thm 4.9's F; 1 bounds every loss with values in [0, 1] (ramp, sigmoid)",
                   low=0, low_open=True),
+        ParamSpec("record_clip", "float", None, "C: clip of each record's estimate (norm), sets the sensitivity",
+                  "theory: none, a record's term is bounded by Lemmas 3.1-3.2's d L; practical: C = 1 "
+                  "(GRAD term <= C, DIFF term <= C|x-y|/h, sensitivity factor min(dL, C)/b): d L = 124 "
+                  "on adult against a typical |term| of about sqrt(2)|grad f| < 1.6", low=0, low_open=True),
+        ParamSpec("diff", "str", None, "DIFF estimator: Alg 2's two evaluations or the symmetric four",
+                  "theory: paper (Alg 2); practical: symmetric = GRAD(x) - GRAD(y) with the same directions "
+                  "(same bound L|x-y| per coefficient, no common-mode term of norm ~sqrt(d)|grad f||x-y|/h)",
+                  choices=("paper", "symmetric")),
+        ParamSpec("osd_radius", "float", None, "D: OSD radius, the largest move per step",
+                  "Thm 4.9: D = h/T (a block moves at most h: one Goldstein ball); both presets", low=0,
+                  low_open=True),
         ParamSpec("block_length", "int", None, "T: steps per block (OSD restart, tree phase)",
                   "Thm 4.9: T = max{(sqrt(d) L h M/(F+Lh))^(2/3), (d^(3/2) L h M/((F+Lh) rho))^(1/2)} "
-                  "(paper: min, contradicted by its proof); naive (App. E): exponent 2/3 on the second term", low=1),
+                  "(paper: min, contradicted by its proof); naive (App. E): exponent 2/3 on the second term; "
+                  "practical: T = M/(2 K B2) (naive: M/(K B))", low=1),
         ParamSpec("blocks", "int", None, "K: number of blocks",
-                  "K = M/(B1 + B2 (T-1)) = M/(2T) with Thm 4.9's batches; naive: K = M/(B T)", low=1),
+                  "K = M/(B1 + B2 (T-1)) = M/(2T) with Thm 4.9's batches; naive: K = M/(B T); "
+                  "practical: K = 4 (the path is at most K h = 32; T follows)", low=1),
         ParamSpec("batch1", "int", None, "B1: records of GRAD at the start of a block",
-                  "Thm 4.9: B1 = T + 1 (Cor 4.4 needs B1 >= T B2 / 2)", low=1),
-        ParamSpec("batch2", "int", 1, "B2: records of each DIFF", "Thm 4.9: B2 = 1", low=1),
-        ParamSpec("batch", "int", 1, "B: records per step of the naive oracle", "App. E: B = 1", low=1),
+                  "Thm 4.9: B1 = T + 1 (Cor 4.4 needs B1 >= T B2 / 2); practical: B1 = T B2 (= B2 h/D), "
+                  "so GRAD's sensitivity 2C/B1 is DIFF's typical 2C|w_t - w_t-1|/(B2 h) at |.| = D", low=1),
+        ParamSpec("batch2", "int", None, "B2: records of each DIFF",
+                  "Thm 4.9: B2 = 1; practical: 128, lowered on small data to keep T >= 16 (fewer, "
+                  "larger steps: fewer tree levels, smaller z)", low=1),
+        ParamSpec("batch", "int", None, "B: records per step of the naive oracle",
+                  "App. E: B = 1, T from its formula; practical: B = the vr run's B2 and T = M/(K B) "
+                  "(the vr run's path and K)", low=1),
         ParamSpec("step", "float", None, "fixed OSD step size eta (default: adaptive)",
                   "paper: 'tuned'; default eta_t = D/sqrt(sum_{s<t} |g~_s|^2), D = h/T", low=0,
                   low_open=True),
         ParamSpec("noise_rule", "str", "calibrated", "noise multiplier rule",
                   "calibrated: smallest z whose plan spends (eps, delta); paper: Cor 4.4 "
                   "sigma = sqrt(2 ln T) s_max/rho (tree only)", choices=("calibrated", "paper")),
-        ParamSpec("output", "str", "random", "which block average to return",
-                  "Alg 3 l.11: w-bar^k with k ~ Uniform[K] ('random')", choices=("random", "last", "average")),
+        ParamSpec("output", "str", None, "which block average to return",
+                  "Alg 3 l.11: w-bar^k with k ~ Uniform[K] ('random', theory); practical: 'last' (the "
+                  "random block is on average halfway along the path: on adult it was often near w = 0)",
+                  choices=("random", "last", "average")),
     )
 
     # ----------------------------------------------------------------- plan
     def plan(self) -> dict:
-        """The run's public sizes: T, K, batches, D, L, h (no data read but n, d)."""
+        """The run's public sizes: T, K, batches, D, L, h, C (no data read but n, d).
+
+        ``preset=theory``: Thm 4.9 / App. E.  ``practical`` (each unset
+        parameter): h = PRACTICAL_H, C = PRACTICAL_CLIP, symmetric DIFF and,
+        for ``vr``, B2 = practical_batch2(M, K), K = PRACTICAL_BLOCKS (at most
+        what the data holds), T = M/(2 K B2) and B1 = T B2 - Thm 4.9's split (half the
+        records in GRADs, B1 = T + 1 at B2 = 1) with K chosen instead of T:
+        the run's path is at most K h, and Thm 4.9's T at eps = 1 on adult
+        (14454) leaves K = 1, a path of h = 0.1 from w = 0."""
         pb = self.problem
         M, d = pb.n, pb.d
         p = self.p
-        h = float(p["smoothing"])
+        theory = p["preset"] == "theory"
+        h = float(p["smoothing"] if p["smoothing"] is not None else (0.1 if theory else PRACTICAL_H))
         L = float(p["lipschitz"]) if p.get("lipschitz") is not None else float(pb.constants()[0])
+        C = p["record_clip"] if p["record_clip"] is not None else (None if theory else PRACTICAL_CLIP)
+        diff = p["diff"] or ("paper" if theory else "symmetric")
         oracle = p["oracle"]
         rho = paper_rho(self.accountant.epsilon_budget, self.accountant.delta)
         T = p["block_length"]
+        B2 = p["batch2"]
+        K0 = int(p["blocks"] or PRACTICAL_BLOCKS)
+        B = int(p["batch"] or (1 if theory else practical_batch2(M, K0)))
+        if oracle == "vr" and not theory:
+            B2 = int(B2 or practical_batch2(M, K0))
+        if not theory and T is None:  # K chosen, T follows (vr: half the records in GRADs)
+            T = max(1, M // (2 * K0 * B2)) if oracle == "vr" else max(1, M // (K0 * B))
         if T is None:  # the formula, capped so that one block fits in the data (K >= 1)
-            cap = M // 2 if oracle == "vr" else M // int(p["batch"])
+            cap = M // 2 if oracle == "vr" else M // B
             T = max(1, min(default_block_length(M, d, L, h, float(p["f_gap"]), rho, oracle), cap))
         T = int(T)
         if oracle == "vr":
-            B1 = int(p["batch1"] or T + 1)
-            B2 = int(p["batch2"])
+            B2 = int(B2 or 1)
+            B1 = int(p["batch1"] or (T + 1 if theory else T * B2))
             per_block = B1 + B2 * (T - 1)
         else:
-            B1 = B2 = int(p["batch"])
+            B1 = B2 = B
             per_block = B1 * T
         K = int(p["blocks"] or M // per_block)
         if K < 1 or K * per_block > M:
             raise ParameterError(
                 f"zo-o2nc needs K x {per_block} records (T={T}, {oracle} oracle) and the data has {M}: "
                 "lower block_length/blocks/batches")
-        return {"oracle": oracle, "T": T, "K": K, "B1": B1, "B2": B2, "D": h / T, "h": h, "L": L,
-                "rho": rho, "records_per_block": per_block}
+        D = float(p["osd_radius"]) if p["osd_radius"] is not None else h / T
+        out = p["output"] or ("random" if theory else "last")
+        return {"oracle": oracle, "T": T, "K": K, "B1": B1, "B2": B2, "D": D, "h": h, "L": L,
+                "record_clip": C, "diff": diff, "output": out, "rho": rho, "records_per_block": per_block}
 
     def _noise_multiplier(self, plan) -> float:
         """Calibrated z: the worst-case record is in one add of one phase (its
@@ -200,7 +284,8 @@ class ZoO2NC(Algorithm):
         z = self._noise_multiplier(plan)
         factor = float(self.accountant.sensitivity_factor)
         oracle = ZerothOrderOracle(pb, smoothing=plan["h"], lipschitz=plan["L"],
-                                   rng=self.rng("zo-o2nc directions"))
+                                   rng=self.rng("zo-o2nc directions"), record_clip=plan["record_clip"],
+                                   symmetric_diff=plan["diff"] == "symmetric")
         access = SinglePass(pb.n, self.rng("zo-o2nc permutation"))
         s_rng = self.rng("zo-o2nc interpolation")
         vr = plan["oracle"] == "vr"
@@ -208,7 +293,7 @@ class ZoO2NC(Algorithm):
                           seed=self.seed_sequence("zo-o2nc noise"))
         fixed_step = self.p.get("step")
         x = self.initial_point()
-        output = OutputChoice(self.p["output"], K, self.rng("zo-o2nc output"), x)
+        output = OutputChoice(plan["output"], K, self.rng("zo-o2nc output"), x)
         traj = Trajectory(K, checkpoints=K)  # every block average w-bar^k is kept
         traj.log(0, x)
         self.block_iterates: list[np.ndarray] = []
@@ -265,6 +350,8 @@ class ZoO2NC(Algorithm):
             "noise": self.noise.name, "noise_multiplier": z, "noise_rule": self.p["noise_rule"],
             "oracle": plan["oracle"], "block_length": T, "blocks": K, "batch1": plan["B1"],
             "batch2": plan["B2"], "smoothing": plan["h"], "osd_radius": D, "lipschitz": plan["L"],
+            "record_clip": plan["record_clip"], "diff": plan["diff"], "preset": self.p["preset"],
+            "output": plan["output"],
             "paper_rho": plan["rho"], "max_sensitivity": s_max, "noise_std_max_node": z * s_max,
             "clipped_terms": clipped, "function_evaluations": oracle.function_evaluations,
             "epsilon_spent": self.accountant.epsilon_spent, "trajectory": traj,

@@ -13,6 +13,16 @@ Generator) and ``h`` the smoothing radius (the paper's delta):
 * NAIVE(w, z_1:b)   = (1/b) sum_i d c_i u_i, one direction per record,
   c_i as in GRAD                                                           (Alg 6)
 
+Practical options (off by default here; ``zo-o2nc`` turns them on outside
+``preset=theory``): ``record_clip`` C clips each record's term to norm C
+(GRAD, NAIVE) or C |x - y| / h (DIFF) - a d L bound is loose by about
+sqrt(d)/|grad f| for d random directions, so C sets the sensitivity instead
+(``min(d L, C)`` in place of ``d L``); ``symmetric_diff`` estimates DIFF as
+GRAD(x) - GRAD(y) with the same directions (coefficients
+``[(f(x+hu) - f(y+hu)) - (f(x-hu) - f(y-hu))]/2``, still at most L|x - y|,
+still unbiased for grad F_h(x) - grad F_h(y)), which drops Alg 2's
+common-mode term ``<grad f, x - y> u`` of norm about sqrt(d)|grad f||x-y|/h.
+
 (Alg 1's ``(1/d) sum_j d (...)`` is ``sum_j``.)  Both are unbiased for the
 uniform smoothing ``F_h(w) = E_{v ~ U(ball)} F(w + h v)`` when f is
 L-Lipschitz (Lemmas 3.1-3.2).  Only the data part ``phi`` of the loss is
@@ -60,22 +70,34 @@ class ZerothOrderOracle(Oracle):
                "record, each clipped (sensitivity factor*d*L/b and factor*d*L|x-y|/(b h))")
 
     def __init__(self, problem, *, smoothing: float, lipschitz: float | None = None,
-                 rng: np.random.Generator | None = None):
+                 rng: np.random.Generator | None = None, record_clip: float | None = None,
+                 symmetric_diff: bool = False):
         super().__init__(problem)
         if not (smoothing > 0 and np.isfinite(smoothing)):
             raise ValueError(f"smoothing radius must be a finite positive number, got {smoothing}")
         L = problem.constants()[0] if lipschitz is None else float(lipschitz)
         if not (L > 0 and np.isfinite(L)):
             raise ValueError(f"lipschitz bound must be a finite positive number, got {L}")
+        if record_clip is not None and not (record_clip > 0):
+            raise ValueError(f"record clip must be a positive number or None, got {record_clip}")
         self.h = float(smoothing)
         self.L = L
+        #: per-record norm bound C (GRAD/naive |term| <= C, DIFF <= C |x-y|/h);
+        #: None: only the coefficients are clipped (the paper's d L)
+        self.record_clip = None if record_clip is None else float(record_clip)
+        self.symmetric_diff = bool(symmetric_diff)
         self.rng = rng
         self.function_evaluations = 0  # loss evaluations (2 per direction per record)
         loss = problem.loss
         self._has_psi = type(loss).psi is not LinearModelLoss.psi
 
     # ------------------------------------------------------------------ core
-    def _sum(self, wa, wb, idx, J, *, sgn, scale, clip):
+    def _bound(self) -> float:
+        """A record's term norm bound in gradient units: min(d L, C)."""
+        b = self.problem.d * self.L
+        return b if self.record_clip is None else min(b, self.record_clip)
+
+    def _sum(self, wa, wb, idx, J, *, sgn, scale, clip, rec_clip=np.inf, sym=False):
         """(sum over records of sum_j c_ij u_ij, n_clipped, first record's
         directions) with directions drawn block by block."""
         if self.rng is None:
@@ -93,12 +115,13 @@ class ZerothOrderOracle(Oracle):
             U = unit_directions(self.rng, (len(part), J, d))
             if first is None:
                 first = U[0].copy()
-            s, k = pb.clipped_zo_sum(wa, wb, U, part, h=self.h, sgn=sgn, scale=scale, clip=clip)
+            s, k = pb.clipped_zo_sum(wa, wb, U, part, h=self.h, sgn=sgn, scale=scale, clip=clip,
+                                     rec_clip=rec_clip, sym=sym)
             total += s
             nclip += int(k)
         if first is None:  # empty batch: psi's part still needs directions
             first = unit_directions(self.rng, (J, d))
-        self.function_evaluations += 2 * J * b
+        self.function_evaluations += (4 if sym else 2) * J * b
         return total, nclip, first
 
     def _psi_part(self, wa, wb, U, *, sgn, scale):
@@ -115,39 +138,51 @@ class ZerothOrderOracle(Oracle):
     # -------------------------------------------------------------- estimators
     def grad(self, w: np.ndarray, idx: np.ndarray, participation: Participation, *,
              factor: float) -> Estimate:
-        """Alg 1: GRAD(w, z_idx); sensitivity ``factor * d * L / b``."""
+        """Alg 1: GRAD(w, z_idx); sensitivity ``factor * min(d L, C) / b``."""
         w = np.asarray(w, dtype=float)
         d, b = self.problem.d, len(idx)
         scale = 1.0 / (2.0 * self.h)
-        s, k, U0 = self._sum(w, w, idx, d, sgn=-1.0, scale=scale, clip=self.L)
+        s, k, U0 = self._sum(w, w, idx, d, sgn=-1.0, scale=scale, clip=self.L, rec_clip=self._rec(1.0))
         value = s / max(b, 1) + self._psi_part(w, w, U0, sgn=-1.0, scale=scale)
-        return Estimate(value, factor * d * self.L / max(b, 1), participation, b, k)
+        return Estimate(value, factor * self._bound() / max(b, 1), participation, b, k)
+
+    def _rec(self, unit: float) -> float:
+        """The kernel's per-record clip: C x ``unit`` (inf without C)."""
+        return np.inf if self.record_clip is None else self.record_clip * unit
 
     def diff(self, x: np.ndarray, y: np.ndarray, idx: np.ndarray, participation: Participation, *,
              factor: float) -> Estimate:
         """Alg 2: DIFF(x, y, z_idx) with the same directions at x and y;
-        sensitivity ``factor * d * L |x - y| / (b h)`` (0 and a zero estimate
-        when x = y)."""
+        sensitivity ``factor * min(d L, C) |x - y| / (b h)`` (0 and a zero
+        estimate when x = y).  ``symmetric_diff``: GRAD(x) - GRAD(y) with the
+        same directions (4 evaluations per direction; same coefficient bound
+        L |x - y|, same sensitivity, no common-mode term)."""
         x = np.asarray(x, dtype=float)
         y = np.asarray(y, dtype=float)
         d, b = self.problem.d, len(idx)
         dist = float(np.linalg.norm(x - y))
         if dist == 0.0:
             return Estimate(np.zeros(d), 0.0, participation, b, 0)
-        s, k, U0 = self._sum(x, y, idx, d, sgn=1.0, scale=1.0, clip=self.L * dist)
-        value = (s / max(b, 1) + self._psi_part(x, y, U0, sgn=1.0, scale=1.0)) / self.h
-        return Estimate(value, factor * d * self.L * dist / (max(b, 1) * self.h), participation, b, k)
+        sym = self.symmetric_diff
+        sc = 0.5 if sym else 1.0
+        s, k, U0 = self._sum(x, y, idx, d, sgn=1.0, scale=sc, clip=self.L * dist, rec_clip=self._rec(dist),
+                             sym=sym)
+        psi = self._psi_part(x, y, U0, sgn=1.0, scale=sc)
+        if sym and self._has_psi:
+            psi = psi + self._psi_part(x, y, -U0, sgn=1.0, scale=sc)  # the -u half: (.)(-u)
+        value = (s / max(b, 1) + psi) / self.h
+        return Estimate(value, factor * self._bound() * dist / (max(b, 1) * self.h), participation, b, k)
 
     def naive(self, w: np.ndarray, idx: np.ndarray, participation: Participation, *,
               factor: float) -> Estimate:
         """Alg 6's estimator: one two-point direction per record, scaled by d;
-        sensitivity ``factor * d * L / b``."""
+        sensitivity ``factor * min(d L, C) / b``."""
         w = np.asarray(w, dtype=float)
         d, b = self.problem.d, len(idx)
         scale = 1.0 / (2.0 * self.h)
-        s, k, U0 = self._sum(w, w, idx, 1, sgn=-1.0, scale=scale, clip=self.L)
+        s, k, U0 = self._sum(w, w, idx, 1, sgn=-1.0, scale=scale, clip=self.L, rec_clip=self._rec(1.0 / d))
         value = d * (s / max(b, 1) + self._psi_part(w, w, U0, sgn=-1.0, scale=scale))
-        return Estimate(value, factor * d * self.L / max(b, 1), participation, b, k)
+        return Estimate(value, factor * self._bound() / max(b, 1), participation, b, k)
 
     def estimate(self, kind: str, *args, **kwargs) -> Estimate:
         """``estimate("grad" | "diff" | "naive", ...)``: the methods above."""
