@@ -111,8 +111,8 @@ def test_cli_refusals_are_one_line_with_advice():
     line = refusal(invoke("run", "--algo", "dp-sgd", "--data", SMALL, "--lr", "0.1", "--param", "step=0.1",
                           "--out", "none"))
     assert "not both" in line
-    line = refusal(invoke("run", "--algo", "zo-o2nc", "--data", SMALL, "--param", "preset=theory", "--out", "none"))
-    assert "'zo-o2nc' offers no preset=theory" in line
+    line = refusal(invoke("run", "--algo", "dp-gd", "--data", SMALL, "--param", "preset=theory", "--out", "none"))
+    assert "'dp-gd' offers no preset=theory" in line
 
 
 def test_fixed_noise_multiplier_reports_the_epsilon_spent_or_is_refused():
