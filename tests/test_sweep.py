@@ -92,6 +92,18 @@ def test_rerun_runs_nothing(grid):
     assert _table(out) == rows_before
 
 
+def test_one_command_from_toml_to_plot(grid):
+    """`dpreg sweep CONFIG --plot METRIC`: the (resumed) sweep and its
+    utility-vs-epsilon plot in one command; a bad metric is a one-line error
+    after the table is written (no cell lost)."""
+    cfg, out, _ = grid
+    r = invoke("sweep", cfg, "--workers", 1, "--out-dir", out, "--plot", "test_accuracy")
+    assert r.exit_code == 0, r.output
+    _is_real_png(out / "test_accuracy.png")
+    r = invoke("sweep", cfg, "--workers", 1, "--out-dir", out, "--plot", "no_such_column")
+    assert r.exit_code == 2 and "no_such_column" in r.output and (out / "results.json").exists()
+
+
 def test_failing_cell_is_an_error_row(tmp_path):
     cfg = tmp_path / "bad.toml"
     cfg.write_text('algorithms = ["dp-gd", {label = "broken", algo = "dp-gd", params = {stepz = 3}}]\n'

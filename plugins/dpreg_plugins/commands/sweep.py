@@ -462,7 +462,10 @@ def write_table(rows: list[dict], out_dir: str) -> None:
                    "by the workers, so DIR must be on a file system they share")
 @click.option("--out-dir", default=None, metavar="DIR",
               help="where the records and results.csv/json go [default: ./<config stem>-sweep]")
-def sweep(config, workers, scheduler, out_dir):
+@click.option("--plot", "plot_metric", default=None, metavar="METRIC",
+              help="also draw METRIC (e.g. test_accuracy) against epsilon to DIR/METRIC.png, as "
+                   "`dpreg plot sweep DIR --metric METRIC` does")
+def sweep(config, workers, scheduler, out_dir, plot_metric):
     """Run a grid of private runs (algorithms x noises x epsilons x seeds x
     data sets) described by a TOML file; resumable; writes DIR/results.csv and
     DIR/results.json.  The seeds are research seeds: keep them secret, or the
@@ -484,6 +487,11 @@ def sweep(config, workers, scheduler, out_dir):
     errors = sum(r["status"] != "ok" for r in rows)
     click.echo(f"sweep: {len(rows)} cells ({ran} run now), {errors} error{'s' if errors != 1 else ''}; "
                f"table {os.path.join(d, 'results.csv')}")
+    if plot_metric:  # after the table is safely written: a plotting error loses no cell
+        from .plot import plot_sweep
+
+        png = user_errors(lambda: plot_sweep(d, plot_metric, os.path.join(d, f"{plot_metric}.png")))()
+        click.echo(f"plot  {png}")
 
 
 @hookimpl
