@@ -120,7 +120,9 @@ def main(argv=None):
     seeds = range(5 if args.full else (1 if args.quick else 3))
     datasets = ("ijcnn1",) if args.quick else tuple(DATASETS)
     Path(args.raw).parent.mkdir(parents=True, exist_ok=True)
-    rows = []
+    from dpreg.errors import ParameterError
+
+    rows, refused = [], []
     t_all = time.perf_counter()
     for name in datasets:
         X, y, Xt, yt = load(name)
@@ -133,25 +135,34 @@ def main(argv=None):
                     for sharding in (("iid",) if m == 1 else ("iid", "dirichlet")):
                         # fixed n per client: the first m * n_client records of a public permutation
                         keep = np.sort(np.random.default_rng(17).permutation(N)[: m * n_client])
-                        r = one_run(reg, X[keep], y[keep], Xt, yt, m=m, sharding=sharding, eps=eps, seed=seed)
-                        rows.append(dict(r, data=name, d=d, setting="fixed n per client"))
+
+                        def attempt(setting, Xa, ya, **kw):
+                            """One cell; a plan the data cannot pay for is a 'refused' row, not a crash."""
+                            try:
+                                r = one_run(reg, Xa, ya, Xt, yt, m=m, sharding=sharding, eps=eps, seed=seed, **kw)
+                            except ParameterError as exc:
+                                refused.append({"data": name, "setting": setting, "m": m, "sharding": sharding,
+                                                "eps": eps, "seed": seed, "reason": str(exc)})
+                                return None
+                            rows.append(dict(r, data=name, d=d, setting=setting))
+                            print(json.dumps({k: rows[-1][k] for k in ("data", "setting", "m", "sharding", "seed",
+                                                                         "grad_norm", "rounds", "wall_s")}),
+                                  flush=True)
+                            return r
+
+                        r = attempt("fixed n per client", X[keep], y[keep])
                         if m == 1:  # the one-machine plan, reused below at every m
-                            base = {k: r[k] for k in ("alpha", "kappa", "batch1", "batch2")}
-                        else:
-                            r = one_run(reg, X[keep], y[keep], Xt, yt, m=m, sharding=sharding, eps=eps,
-                                        seed=seed, fixed=base)
-                            rows.append(dict(r, data=name, d=d, setting="fixed n per client, m=1 plan"))
-                        r = one_run(reg, X, y, Xt, yt, m=m, sharding=sharding, eps=eps, seed=seed)
-                        rows.append(dict(r, data=name, d=d, setting="fixed total"))
-                        print(json.dumps({k: rows[-1][k] for k in ("data", "m", "sharding", "seed", "grad_norm",
-                                                                     "rounds", "wall_s")}), flush=True)
+                            base = None if r is None else {k: r[k] for k in ("alpha", "kappa", "batch1", "batch2")}
+                        elif base is not None:
+                            attempt("fixed n per client, m=1 plan", X[keep], y[keep], fixed=base)
+                        attempt("fixed total", X, y)
                 if eps == 1.0:
                     r = one_run(reg, X, y, Xt, yt, m=4, sharding="iid", eps=eps, seed=seed, select=True)
                     rows.append(dict(r, data=name, d=d, setting="selection"))
     with open(args.raw, "w") as fh:
-        for r in rows:
+        for r in rows + [dict(r, refused=True) for r in refused]:
             fh.write(json.dumps(r) + "\n")
-    render(rows, time.perf_counter() - t_all, args)
+    render(rows + [dict(r, refused=True) for r in refused], time.perf_counter() - t_all, args)
 
 
 def _ms(vals):
@@ -221,6 +232,8 @@ cluster (issue 17 item 5).
 
 
 def render(rows, total_s, args):
+    refused = [r for r in rows if r.get("refused")]
+    rows = [r for r in rows if not r.get("refused")]
     groups = defaultdict(list)
     for r in rows:
         groups[(r["data"], r["setting"], r["m"], r["sharding"], r["eps"])].append(r)
@@ -255,6 +268,17 @@ def render(rows, total_s, args):
                      f"{r['sel_remark3_bound']:.1f} | {r['sel_remark3']} | {r['sel_grad_threshold']:.3g} | "
                      f"{r['sel_lambda_threshold']:.3g} | {r['sel_alpha']:.3g} | {r['grad_norm']:.4f} | "
                      f"{r['sel_floats_up']} |")
+    if refused:
+        lines += ["", "## Refused cells", "",
+                  "Plans the data cannot pay for are refused before any release (the algorithm's own "
+                  "one-line error); they are not in the tables above.", "",
+                  "| data | setting | m | sharding | eps | seeds | reason (first seed) |", "|---|---|---|---|---|---|---|"]
+        rg = defaultdict(list)
+        for r in refused:
+            rg[(r["data"], r["setting"], r["m"], r["sharding"], r["eps"])].append(r)
+        for (data, setting, m, sharding, eps), g in sorted(rg.items(), key=lambda kv: str(kv[0])):
+            lines.append(f"| {data} | {setting} | {m} | {sharding} | {eps:g} | {len(g)} | "
+                         f"{g[0]['reason'].replace('|', '/')} |")
     lines += ["", "## Communication per round (measured by the backend)", "",
               "Server -> each client: the round number, the mode and x_{t-1} (O1 round: d + 2 numbers), plus "
               "x_{t-2} in an O2 round (2d + 2); each client -> server: its noisy estimate (d floats).  Alg 4: "
