@@ -174,60 +174,61 @@ def _ms(vals):
 NOTES = """
 ### What the tables say (read with the caveats below)
 
-Headline rows (eps = 1, mean over 3 seeds; |grad F| of the global objective at the output;
-defaults of 2026-11-23: practical O2 clip M/4 and batch floors sized for the server's
-average of m messages):
+Headline rows (the issue's grid, ``--full``: m in {1, 2, 4, 8}, eps in {0.5, 1, 2},
+5 seeds; eps = 1, iid, mean over seeds of |grad F| of the global objective at the
+output / test accuracy / rounds; defaults of 2026-11-23: practical O2 clip M/4 and
+batch floors sized for the server's average of m messages):
 
-| data | setting | m = 1 | m = 2 (iid) | m = 4 (iid) |
-|---|---|---|---|---|
-| ijcnn1 | fixed n per client, Thm 3 defaults | 0.0241 | 0.0296 | 0.0168 |
-| ijcnn1 | fixed n per client, m=1 plan | 0.0241 | 0.0250 | 0.0269 |
-| ijcnn1 | fixed total (N = 49,990) | 0.0164 | 0.0142 | 0.0170 |
-| a9a | fixed n per client, Thm 3 defaults | 0.0572 | 0.0574 | 0.0664 |
-| a9a | fixed n per client, m=1 plan | 0.0572 | 0.0551 | 0.0545 |
-| a9a | fixed total (N = 32,561) | 0.0204 | 0.0248 | 0.0647 |
+| data | setting | m = 1 | m = 2 | m = 4 | m = 8 |
+|---|---|---|---|---|---|
+| ijcnn1 | fixed n per client (6,248), Thm 3 defaults | 0.0610 / 0.905 / 14 | 0.0233 / 0.905 / 22 | 0.0206 / 0.905 / 33 | 0.0277 / 0.905 / 39 |
+| ijcnn1 | fixed n per client, m=1 plan | 0.0610 | 0.0691 | 0.0727 | 0.0776 |
+| ijcnn1 | fixed total (N = 49,990) | 0.0158 / 0.905 / 33 | 0.0147 / 0.905 / 55 | 0.0171 / 0.905 / 58 | 0.0275 / 0.905 / 39 |
+| a9a | fixed n per client (4,070), Thm 3 defaults | 0.1871 / 0.000 / 1 | 0.0844 / 0.764 / 3 | 0.0657 / 0.764 / 4 | 0.0554 / 0.764 / 7 |
+| a9a | fixed total (N = 32,561) | 0.0222 / 0.822 / 39 | 0.0233 / 0.813 / 23 | 0.0683 / 0.764 / 13 | 0.0584 / 0.764 / 7 |
 
-* **Collaboration gain at fixed n per client (Remark 2): mixed.**  On IJCNN1
-  with Thm 3's defaults m = 4 ends at 0.0168 against 0.0241 on one machine
-  (alpha 0.384 -> 0.284 -> 0.210, rounds 34 -> 35 -> 58), but m = 2 is worse
-  (0.0296; its runs certify and stop early, 3/3).  On a9a (8,140 records per
-  client) every Thm 3 run is at the majority class and m does not help
-  (0.057, 0.057, 0.066).  Holding the one-machine plan fixed, a9a gains 4-5 %
-  (0.0572 -> 0.0551 -> 0.0545) and IJCNN1 none.
-* **The sqrt(m) price at fixed total n: clear on a9a, not on IJCNN1.**  a9a:
-  |grad F| 0.0204 -> 0.0248 -> 0.0647 and test accuracy 0.822 -> 0.807 ->
-  0.764 (the majority class) for m = 1, 2, 4.  IJCNN1: 0.0164, 0.0142, 0.0170
-  - no price visible, because the one-machine plan (alpha 0.105) is not better
-  used: its small alpha makes kappa = 2 (3 eta chi)^2 small, so most queries
-  are O1 refreshes of b1 = N/8 records and the run affords 33 rounds against
-  55 for m = 2.  The same effect makes IJCNN1 on one machine *worse* at
-  eps = 2 than at eps = 1 (7 rounds, 0.059 against 0.016): a property of
+* **Collaboration gain at fixed n per client (Remark 2): yes with Thm 3's
+  defaults, no with the plan held fixed.**  With the defaults (which let alpha
+  shrink as m grows) |grad F| falls with m on IJCNN1 at every eps (eps = 0.5:
+  0.110, 0.081, 0.045, 0.024 for m = 1, 2, 4, 8; eps = 1: 0.061 -> 0.021 at
+  m = 4, 0.028 at m = 8) and on a9a (eps = 1: 0.187, 0.084, 0.066, 0.055).
+  Holding the one-machine plan fixed the gain disappears (IJCNN1 eps = 1:
+  0.061, 0.069, 0.073, 0.078): the gain comes from the smaller target the
+  averaged noise allows, which the algorithm turns into more rounds.  With
+  4,070 records per client on a9a no setting leaves the majority class at
+  eps <= 1, and at eps = 0.5 the plans for m <= 4 are refused (table below).
+* **The sqrt(m) price at fixed total n: visible from m = 4 on a9a, from m = 8
+  on IJCNN1.**  a9a, eps = 1: 0.0222, 0.0233, 0.0683, 0.0584 and test accuracy
+  0.822, 0.813, 0.764 (majority), 0.764; IJCNN1, eps = 1: 0.0158, 0.0147,
+  0.0171, 0.0275.  At eps = 2 on IJCNN1 one machine is *worse* (0.059, 7
+  rounds) than m = 4 (0.014, 40 rounds): its small alpha makes kappa small,
+  so most queries are O1 refreshes of b1 = N/8 records; a property of
   perturbed-sgd's practical kappa at small alpha, not of distribution.
 * **iid vs Dirichlet(0.5) label skew**: within the seed spread everywhere
-  (e.g. a9a fixed total, eps = 1, m = 2: 0.0248 iid, 0.0202 skewed).  Shards
-  have equal sizes, so the average of the clients' gradients is the pooled
-  gradient; skew changes only each client's sampling variance, which the
-  privacy noise dominates.
-* **Selection (Remark 3)**: on both data sets Alg 4 accepts candidate 0, the
-  *initial point* w = 0 (|grad F| 0.152 on IJCNN1, 0.182 on a9a), because its
-  gradient thresholds (0.51-0.53 on IJCNN1, where d = 22 is below Remark 3's
-  bound; 1.36 on a9a, where d = 123 is above it) exceed the gradient at w = 0
-  and Alg 4 returns the first candidate that passes.  At these sizes the
-  selection guarantee is vacuous on both; it also costs each client 7,749
-  floats per candidate on a9a against 123 per training round.
+  (fixed total, eps = 1: IJCNN1 m = 2, 4, 8: 0.0147 / 0.0143, 0.0171 / 0.0185,
+  0.0275 / 0.0274 iid / skewed; a9a 0.0233 / 0.0205, 0.0683 / 0.0708, 0.0584 /
+  0.0589).  Shards have equal sizes, so the average of the clients'
+  gradients is the pooled gradient; skew changes only each client's
+  sampling variance, which the privacy noise dominates.
+* **Selection (Remark 3)**: in all 10 runs (both data sets, 5 seeds) Alg 4
+  accepts candidate 0, the *initial point* w = 0, because its gradient
+  thresholds exceed the gradient at w = 0 and Alg 4 returns the first
+  candidate that passes; Remark 3's dimension condition holds on IJCNN1
+  (d = 22) and fails on a9a (d = 123) - the acceptance is the same either
+  way.  At these sizes the selection guarantee is vacuous on both.
+* **Communication**: about 237 floats down and 123 up per client per round on
+  a9a (d = 124 with the O1/O2 mix), whatever m (table below).
 
-Caveats.  Runs are short (1-62 rounds) and use ``logistic-nonconvex-reg`` with
-``tree`` noise and delta = 1/N, not the ``run`` defaults (logistic, gaussian):
-IJCNN1's test accuracy stays at its majority rate 0.905 in every cell; a9a
-leaves its majority rate 0.764 only with enough records per client and
-budget (fixed total, m = 1: 0.822 at eps = 1 and 2; m = 2: 0.79-0.81; m = 4
-at eps = 2: 0.824; 8,140 per client at m = 2, eps = 2: 0.793).  Where the practical
-alpha floor exceeds the gradient at w = 0 (a9a, 8,140 records per client,
-eps = 0.5: alpha 2.5) Alg 1 certifies w = 0 at its first escape test (3/3
-certified, test accuracy 0: sign(0) predicts no class).  Three seeds;
-standard errors are over seeds only (the shards and subsets are fixed).  Not
-run: m = 8 and 5 seeds (the issue's grid, ``--full``), and sweeps on a Dask
-cluster (issue 17 item 5).
+Caveats.  Runs are short (1-61 rounds) and use ``logistic-nonconvex-reg`` with
+``tree`` noise, delta = 1/N and no intercept or scaling, not the ``run``
+defaults: IJCNN1's test accuracy stays at its majority rate 0.905 in every
+cell; a9a leaves its majority rate 0.764 only with enough records per client
+and budget (fixed total, m = 1 and 2 at eps = 1 and 2; m = 4 at eps = 2).
+Where the practical alpha floor exceeds the gradient at w = 0 Alg 1 certifies
+w = 0 at its first test (test accuracy 0: sign(0) predicts no class).
+Standard errors are over seeds only (the shards and subsets are fixed).  Not
+run here: sweeps on a Dask cluster (``dpreg sweep --scheduler``; the sweep
+tests run one on a LocalCluster).
 """
 
 
