@@ -142,6 +142,15 @@ def _strip_compression(path: str) -> str:
     return low
 
 
+def is_svmlight_path(path: str) -> bool:
+    """Whether :func:`load_file` reads ``path`` as svmlight (decided by the
+    file's name only - a public fact, unlike the density that decides whether
+    the loaded features are stored as CSR)."""
+    base = _strip_compression(path)
+    return not (base.endswith(".npz") or base.endswith(".csv")) and (
+        base.endswith(SVM_EXT) or "." not in os.path.basename(base))
+
+
 def load_file(path: str, schema: Schema = Schema()) -> tuple[np.ndarray, np.ndarray, dict]:
     """Load ``path`` by its extension (see module docstring); DataError on any
     problem.  Returns ``(X, y, inferred)``: ``inferred`` maps each schema item

@@ -30,7 +30,7 @@ from typing import Any, Callable
 import numpy as np
 
 from .accounting import check_budget_args
-from .data import is_sparse
+from .data import is_sparse, is_svmlight_path
 from .errors import DataError, DpregError, ParameterError
 from .params import bind, parse_pairs
 from .registry import get_registry
@@ -69,8 +69,8 @@ class RunConfig:
     ``labels``: the public schema (None: the data set's declared one, else
     inferred and reported).  ``intercept``: None = on for classifier losses.
     ``scaling``: "auto" (the data set's declared public bounds if any; none
-    for a source that declares a common scale or sparse data; else private
-    scales where ``preprocess.private_scaling_pays``
+    for a source that declares a common scale, an svmlight file or a sparse
+    array; else private scales where ``preprocess.private_scaling_pays``
     -- a rule on public n, d and the budget --, else none), "none", "bounds" (with ``bounds``: a CSV file or a (lower, upper)
     pair of per-feature lists) or "private" (spends
     ``scaling_share`` of epsilon).
@@ -357,9 +357,13 @@ def run_pipeline(cfg: RunConfig) -> dict:
                                  "sparse data set; use --scaling none for sparse input")
     declared = getattr(tr.source, "bounds", None)
     mode = cfg.scaling
-    if mode == "auto":  # public rule: declared bounds, else private scales where they pay (n, d, eps public)
+    if mode == "auto":  # a public rule: declared bounds, else private scales where they pay (n, d, eps public)
+        # "sparse" by the input's format, never by its density (which decides CSR storage of an
+        # svmlight file but is read off the data): svmlight files and sparse arrays get no map
+        sparse_format = (is_svmlight_path(cfg.data) if isinstance(cfg.data, str) and tr.source is None
+                         else is_sparse(X))
         mode = ("bounds" if declared is not None else
-                "none" if getattr(tr.source, "common_scale", False) or is_sparse(X) else
+                "none" if getattr(tr.source, "common_scale", False) or sparse_format else
                 "private" if private_scaling_pays(n, d_raw, accountant, cfg.scaling_share * cfg.epsilon)
                 else "none")
     if mode == "bounds":

@@ -228,3 +228,29 @@ def test_scaling_auto_follows_its_public_rule():
     assert fmap("breast-cancer")[1] == "bounds"  # declared public bounds
     assert fmap("adult")[1] == "none"  # declares a common scale (one-hot indicators)
     assert fmap("synthetic-logistic:n=20000,d=5")[1] == "none"  # generated at unit scale
+
+
+def test_scaling_auto_decides_by_format_not_density(tmp_path):
+    """The same wild-scale data as a CSV gets private scales under --scaling
+    auto; as an svmlight file it gets none, whether its density makes the loader
+    store it dense or CSR (density is read off the data, the format is public)."""
+    import scipy.sparse as sp
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(1)
+    scales = np.array([1e-3, 1.0, 10.0, 100.0, 1e3])
+    y = np.where(rng.random(20000) < 0.5, 1.0, -1.0)
+    dense = rng.standard_normal((20000, 5)) * scales
+    sparse = dense * (rng.random((20000, 5)) < 0.1)  # 10 % dense: the loader keeps it CSR
+    csv = tmp_path / "d.csv"
+    np.savetxt(csv, np.column_stack([y, dense]), delimiter=",")
+    maps = {}
+    for name, X in (("dense", dense), ("sparse", sparse)):
+        path = tmp_path / f"{name}.svm"
+        dump_svmlight_file(sp.csr_matrix(X), y, str(path), zero_based=False)
+        rec = dpreg.run(algo="dp-gd", data=str(path), features=5, zero_based=False, epsilon=1.0, seed=0,
+                        params={"steps": 3})
+        maps[name] = rec["release"]["model"]["preprocessing"]["feature_map"]
+    assert maps == {"dense": "none", "sparse": "none"}
+    rec = dpreg.run(algo="dp-gd", data=str(csv), epsilon=1.0, seed=0, params={"steps": 3})
+    assert rec["release"]["model"]["preprocessing"]["feature_map"] == "private"
