@@ -111,10 +111,12 @@ def method_spec(method, reg, batch, gd_params):
     tr, st = reg.get("algorithm", "dp-trust-region"), reg.get("algorithm", "dp-stochastic-trust-region")
     return {
         "DP-GD": (reg.get("algorithm", "dp-gd"), gd_params),
-        "DP-TR paper": (tr, {"noise": "paper"}),
-        "DP-STR paper": (st, {"noise": "paper", "sampling": "fixed", "batch": batch}),
-        "DP-TR cal": (tr, {}),
-        "DP-STR cal": (st, {"batch": batch}),
+        # Alg 1/2 as written stop on the TRS multiplier (l.7); dpreg's practical default is
+        # stop=none, so the paper rows ask for the rule explicitly
+        "DP-TR paper": (tr, {"noise": "paper", "stop": "multiplier"}),
+        "DP-STR paper": (st, {"noise": "paper", "sampling": "fixed", "batch": batch, "stop": "multiplier"}),
+        "DP-TR cal": (tr, {"stop": "multiplier"}),
+        "DP-STR cal": (st, {"batch": batch, "stop": "multiplier"}),
         "DP-TR cal, all T": (tr, {"stop": "none"}),
     }[method]
 
