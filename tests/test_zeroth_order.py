@@ -442,3 +442,30 @@ def test_adult_ramp_run(registry):
     assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 4.0 * (1 + 1e-9)
     assert rec["diagnostics"]["problem"]["d"] == 123 + 1 and rec["diagnostics"]["run_info"]["oracle"] == "vr"
     assert np.all(np.isfinite(rec["release"]["model"]["weights"])) and 0.0 <= rec["diagnostics"]["metrics"]["test_accuracy"] <= 1.0
+
+
+def test_record_clip_holds_in_exact_arithmetic(registry):
+    """The record clip decides on a rounding-safe bound: the float vector the
+    kernel adds for one record has exact Euclidean norm <= rec_clip (checked
+    with rational arithmetic), for estimates far above and just above it."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(5)
+    loss = registry.get("loss", "logistic")
+    phi = loss.scalar_kernels()[0]
+    d, J = 37, 5
+    X = unit_rows(rng, 200, d)
+    y = _labels(rng, 200)
+    worst = Fraction(0)
+    for t in range(200):
+        idx = np.array([t], dtype=np.int64)
+        U = unit_directions(rng, (1, J, d))
+        w = 3 * rng.standard_normal(d)
+        probe = zo_sum(X, y, idx, w, w, U, 0.2, -1.0, 1 / 0.4, np.inf, np.inf, False, phi)[0]
+        norm = float(np.linalg.norm(probe))
+        for rec_clip in (norm / 7, norm * (1 - 1e-15), norm):
+            out, _ = zo_sum(X, y, idx, w, w, U, 0.2, -1.0, 1 / 0.4, np.inf, rec_clip, False, phi)
+            exact = sum(Fraction(float(v)) ** 2 for v in out)
+            assert exact <= Fraction(rec_clip) ** 2, (t, rec_clip)
+            worst = max(worst, exact / Fraction(rec_clip) ** 2)
+    assert worst > Fraction(99, 100)  # the clip is tight, not a large safety factor

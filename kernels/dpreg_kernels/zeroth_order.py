@@ -122,13 +122,19 @@ def _zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip, sym, phi):
             nr = 0.0
             for q in range(d):
                 nr += rec[c, q] * rec[c, q]
-            nr = np.sqrt(nr)
+            # clip on a rounding-safe upper bound of |rec| (the computed sum of d
+            # squares and its root are within (d + 2) u of the true norm; the
+            # margin (d + 4) 2^-51 = 4 (d + 4) u covers that and the product
+            # f * rec_q), so the added term never has norm above rec_clip;
+            # an overflowed or NaN estimate is dropped, as in the linear kernels
+            nrb = np.sqrt(nr) * (1.0 + (d + 4) * 2.0 ** -51) + 2.0 ** -1000
             f = 1.0
-            if nr > rec_clip:
-                f = rec_clip / nr
+            if not (nrb <= rec_clip):
+                f = rec_clip / nrb if nrb < np.inf else 0.0
                 k += 1
-            for q in range(d):
-                acc[q] += f * rec[c, q]
+            if f > 0.0:
+                for q in range(d):
+                    acc[q] += f * rec[c, q]
         ncl[c] = k
     out = np.zeros(d)
     nclip = 0
