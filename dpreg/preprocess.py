@@ -163,9 +163,9 @@ def private_scale_log_std(n: int, d: int, accountant, epsilon: float) -> float:
     """The noise std of :func:`private_scales`' mean log10 magnitude for a
     column that is non-zero in every record: ``z * factor * 6 sqrt(d) / n``
     with z the multiplier that ``epsilon`` of ``accountant`` buys.  A function
-    of public quantities only (n, d, the budget); charges nothing."""
-    view = accountant.view(epsilon, accountant.delta)
-    z = view.calibrate(scale_event)
+    of public quantities only (n, d, the budget); charges and reserves
+    nothing on ``accountant`` (it calibrates a fresh one of the same kind)."""
+    z = accountant.fresh(epsilon, accountant.delta).calibrate(scale_event)
     bound = max(abs(LOG_RANGE[0]), abs(LOG_RANGE[1]))
     return float(z * accountant.sensitivity_factor * bound * math.sqrt(d) / n)
 

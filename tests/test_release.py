@@ -204,11 +204,11 @@ def test_scaling_auto_follows_its_public_rule():
 
     acc = RdpAccountant(1.0, 1e-6)
     # the std is z * factor * 6 sqrt(d) / n with z the multiplier 0.1 eps buys
-    z = acc.view(0.1, 1e-6).calibrate(scale_event)
+    z = acc.fresh(0.1, 1e-6).calibrate(scale_event)
     assert math.isclose(private_scale_log_std(20000, 5, acc, 0.1), z * 2 * 6 * math.sqrt(5) / 20000, rel_tol=1e-9)
     assert private_scaling_pays(20000, 5, acc, 0.1) and not private_scaling_pays(1000, 5, acc, 0.1)
     assert private_scale_log_std(1000, 5, acc, 0.1) > AUTO_PRIVATE_MAX_LOG_STD
-    assert acc.epsilon_spent == 0  # asking charges nothing
+    assert acc.epsilon_spent == 0 and acc._reserved is None  # asking charges and reserves nothing
 
     def fmap(data, **kw):
         rec = dpreg.run(algo="dp-gd", data=data, epsilon=1.0, seed=0, params={"steps": 5}, **kw)
