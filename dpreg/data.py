@@ -332,13 +332,7 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
             r, c = np.argwhere(bad)[0]
             r += lo
             raise DataError(f"{where}: non-finite feature value {X[r, c]} at record {r + 1}, column {c + 1}")
-    if not np.isfinite(y).all():
-        r = int(np.flatnonzero(~np.isfinite(y))[0])
-        raise DataError(f"{where}: non-finite label {y[r]} at record {r + 1}")
-    if labels == "binary":
-        y = (label_map or LabelMap.for_training(y, None, where)).apply(y, where)
-    elif labels == "ignored":
-        y = np.zeros_like(y)
+    y = _checked_labels(y, labels=labels, where=where, label_map=label_map)
     if not scale_rows:
         return X, np.ascontiguousarray(y)
     # record-wise scaling into the unit ball; overflow-safe norm; block by block
@@ -352,6 +346,20 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
         shrink = np.maximum(norms, 1.0)
         np.divide(B, shrink[:, None], out=out[lo:lo + _PREP_ROWS])
     return out, np.ascontiguousarray(y)
+
+
+def _checked_labels(y, *, labels, where, label_map):
+    """Labels checked finite and mapped as ``labels`` says ("binary": to -1/+1
+    by ``label_map`` or the fixed/inferred training map; "ignored": zeros;
+    else unchanged) - shared by the dense and CSR paths of :func:`prepare`."""
+    if not np.isfinite(y).all():
+        r = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise DataError(f"{where}: non-finite label {y[r]} at record {r + 1}")
+    if labels == "binary":
+        return (label_map or LabelMap.for_training(y, None, where)).apply(y, where)
+    if labels == "ignored":
+        return np.zeros_like(y)
+    return y
 
 
 def _prepare_csr(X, y, *, labels, where, d, copy, label_map, min_rows, scale_rows):
@@ -378,13 +386,7 @@ def _prepare_csr(X, y, *, labels, where, d, copy, label_map, min_rows, scale_row
         r = int(np.searchsorted(X.indptr, k, side="right") - 1)
         raise DataError(f"{where}: non-finite feature value {X.data[k]} at record {r + 1}, "
                         f"column {int(X.indices[k]) + 1}")
-    if not np.isfinite(y).all():
-        r = int(np.flatnonzero(~np.isfinite(y))[0])
-        raise DataError(f"{where}: non-finite label {y[r]} at record {r + 1}")
-    if labels == "binary":
-        y = (label_map or LabelMap.for_training(y, None, where)).apply(y, where)
-    elif labels == "ignored":
-        y = np.zeros_like(y)
+    y = _checked_labels(y, labels=labels, where=where, label_map=label_map)
     if scale_rows:
         scale_rows_csr(X)
     return X, np.ascontiguousarray(y)

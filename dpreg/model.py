@@ -9,7 +9,6 @@ privacy.  ``dpreg predict MODEL --data FILE`` and :func:`load_model` use it.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,13 +101,9 @@ def load_model(path_or_record) -> Model:
     or a release dict).  DpregError for anything that is not one."""
     rec = path_or_record
     if isinstance(rec, str):
-        try:
-            with open(rec, encoding="utf-8") as fh:
-                rec = json.load(fh)
-        except FileNotFoundError:
-            raise DpregError(f"model file not found: {path_or_record}") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise DpregError(f"cannot read model {path_or_record}: {str(exc).splitlines()[0]}") from None
+        from .results import read_json
+
+        rec = read_json(rec, "model")
     if not isinstance(rec, dict):
         raise DpregError("not a dpreg record")
     if "release" in rec:

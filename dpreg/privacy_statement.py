@@ -8,7 +8,6 @@ record's ``release`` part.
 """
 from __future__ import annotations
 
-import json
 import textwrap
 
 from .errors import DpregError
@@ -16,13 +15,9 @@ from .errors import DpregError
 
 def load_statement(path: str) -> dict:
     """The ``release`` part of a record file (DpregError if it is not one)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            rec = json.load(fh)
-    except FileNotFoundError:
-        raise DpregError(f"record file not found: {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DpregError(f"cannot read record {path}: {str(exc).splitlines()[0]}") from None
+    from .results import read_json
+
+    rec = read_json(path, "record")
     rel = rec.get("release", rec) if isinstance(rec, dict) else None
     if not isinstance(rel, dict) or "privacy" not in rel or "config" not in rel:
         raise DpregError(f"{path} is not a dpreg run record (no release.privacy)")

@@ -108,3 +108,16 @@ def _umask() -> int:
     m = os.umask(0)
     os.umask(m)
     return m
+
+
+def read_json(path: str, what: str):
+    """The JSON document at ``path``; a one-line DpregError naming ``what``
+    (e.g. "model", "record") when it is missing, unreadable or not JSON."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise DpregError(f"{what} file not found: {path}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        msg = (exc.strerror if isinstance(exc, OSError) else None) or str(exc).splitlines()[0]
+        raise DpregError(f"cannot read {what} {path}: {msg}") from None

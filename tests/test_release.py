@@ -254,3 +254,19 @@ def test_scaling_auto_decides_by_format_not_density(tmp_path):
     assert maps == {"dense": "none", "sparse": "none"}
     rec = dpreg.run(algo="dp-gd", data=str(csv), epsilon=1.0, seed=0, params={"steps": 3})
     assert rec["release"]["model"]["preprocessing"]["feature_map"] == "private"
+
+
+def test_record_readers_share_one_error_path(tmp_path):
+    """load_model, the privacy statement and the plots read records through
+    dpreg.results.read_json: one-line errors naming what was being read."""
+    from dpreg.errors import DpregError
+    from dpreg.privacy_statement import load_statement
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DpregError, match=r"^model file not found: .*missing\.json$"):
+        dpreg.load_model(str(tmp_path / "missing.json"))
+    with pytest.raises(DpregError, match=r"^cannot read model .*bad\.json: "):
+        dpreg.load_model(str(bad))
+    with pytest.raises(DpregError, match=r"^cannot read record .*bad\.json: "):
+        load_statement(str(bad))

@@ -16,7 +16,6 @@ recomputed on the data.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import defaultdict
@@ -25,6 +24,7 @@ import click
 
 from dpreg import hookimpl
 from dpreg.errors import DpregError
+from dpreg.results import read_json
 
 NICE = {"grad_norm": "‖∇F̂(w_t)‖ (train, diagnostic)", "loss": "F̂(w_t) (train, diagnostic)",
         "train_loss": "F̂(w_t) (train, diagnostic)", "epsilon": "ε spent", "epsilon_spent": "ε spent"}
@@ -37,16 +37,6 @@ def _pyplot():
     import matplotlib.pyplot as plt
 
     return plt
-
-
-def _read_json(path: str, what: str):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except OSError as exc:
-        raise DpregError(f"cannot read {what} {path}: {exc.strerror or exc}") from None
-    except ValueError as exc:
-        raise DpregError(f"{what} {path} is not JSON: {exc}") from None
 
 
 def mean_sem(values: list[float]) -> tuple[float, float]:
@@ -87,7 +77,7 @@ def sweep_series(rows: list[dict], metric: str) -> dict:
 def plot_sweep(sweep_dir: str, metric: str, out: str) -> str:
     """Draw utility vs epsilon (mean +- s.e. over seeds) per algorithm, one
     panel per data set; write a PNG to ``out`` and return its path."""
-    rows = _read_json(os.path.join(sweep_dir, "results.json"), "sweep table")
+    rows = read_json(os.path.join(sweep_dir, "results.json"), "sweep table")
     if not isinstance(rows, list):
         raise DpregError(f"{sweep_dir}/results.json is not a sweep table")
     series = sweep_series(rows, metric)
@@ -115,7 +105,7 @@ def plot_sweep(sweep_dir: str, metric: str, out: str) -> str:
 
 def plot_run(record_path: str, out: str) -> str:
     """Draw a run's trajectory from its record; write a PNG to ``out``."""
-    rec = _read_json(record_path, "record")
+    rec = read_json(record_path, "record")
     diag = rec.get("diagnostics") if isinstance(rec, dict) else None
     traj = (diag or {}).get("trajectory") or {}
     cps = traj.get("checkpoints") or {}
