@@ -32,6 +32,7 @@ import numpy as np
 from numba import prange, types
 
 from .config import jit_inline
+from .intrinsics import prefetch
 from .linear_model import _BOUND_FLOOR, Idx, Kernel, ScalarFn, Vec, _err_coef, _over, _scale, f8, i8, n_chunks
 
 
@@ -52,6 +53,33 @@ def _csr_chunks(indptr, idx, full, b, d):
     if cap < 1:
         cap = 1
     return nc if nc < cap else cap
+
+
+#: Rows ahead of the current one whose CSR slices a gather loop prefetches
+#: (sampled batches are scattered: each row's data is a cache miss otherwise).
+CSR_AHEAD = 8
+
+
+def _csr_prefetch(data, indices, indptr, y, nx, idx, t, b):
+    """Gather path only: hint the cache lines of the batch's row ``t + CSR_AHEAD``
+    (its first and last non-zero, column numbers, label and squared norm) and
+    the ``indptr`` entry of row ``t + 2 CSR_AHEAD``.  A hint: never changes a
+    result, never reads out of bounds (positions past the batch are skipped)."""
+    u = t + 2 * CSR_AHEAD
+    if u < b:
+        prefetch(indptr, idx[u])
+    u = t + CSR_AHEAD
+    if u < b:
+        i = idx[u]
+        lo = indptr[i]
+        hi = indptr[i + 1]
+        if hi > lo:
+            prefetch(data, lo)
+            prefetch(data, hi - 1)
+            prefetch(indices, lo)
+            prefetch(indices, hi - 1)
+        prefetch(y, i)
+        prefetch(nx, i)
 
 
 def _csr_grad_sum(data, indices, indptr, y, nx, idx, full, w, r, dphi, clip):
@@ -76,6 +104,8 @@ def _csr_grad_sum(data, indices, indptr, y, nx, idx, full, w, r, dphi, clip):
         cs = 0.0
         k = 0
         for t in range(c * step, min(b, c * step + step)):
+            if not full:
+                _csr_prefetch(data, indices, indptr, y, nx, idx, t, b)
             i = t if full else idx[t]
             lo = indptr[i]
             hi = indptr[i + 1]
@@ -142,6 +172,8 @@ def _csr_diff_sum(data, indices, indptr, y, nx, idx, full, w, wp, r, rp, dphi, c
         cs = 0.0
         k = 0
         for t in range(c * step, min(b, c * step + step)):
+            if not full:
+                _csr_prefetch(data, indices, indptr, y, nx, idx, t, b)
             i = t if full else idx[t]
             lo = indptr[i]
             hi = indptr[i + 1]
@@ -296,6 +328,7 @@ def _csr_clipped_hessian_sum(data, indices, indptr, y, idx, w, d2phi, clip):
 
 _CSR = (Vec, Idx, Idx)
 _csr_chunks = jit_inline(_csr_chunks)
+_csr_prefetch = jit_inline(_csr_prefetch)
 grad_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, ScalarFn, f8),
                   _csr_grad_sum)
 diff_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, Vec, Vec, ScalarFn, f8),
