@@ -221,6 +221,6 @@ def test_cli_real_data(tmp_path):
                                     "--data", str(path), "--epsilon", "1", "--out", str(out)])
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
-    # the public phase cap H = 16 sets the tree depth, not n (bit_length(49990) = 16 levels before)
-    assert rec["diagnostics"]["run_info"]["noise"] == "tree" and rec["diagnostics"]["run_info"]["tree_levels"] == 5
-    assert rec["diagnostics"]["run_info"]["max_phase_steps"] <= 16
+    # the public phase cap H = 8 sets the tree depth, not n (bit_length(49990) = 16 levels before)
+    assert rec["diagnostics"]["run_info"]["noise"] == "tree" and rec["diagnostics"]["run_info"]["tree_levels"] == 4
+    assert rec["diagnostics"]["run_info"]["max_phase_steps"] <= 8

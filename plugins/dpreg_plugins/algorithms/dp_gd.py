@@ -80,9 +80,11 @@ class DPGD(Algorithm):
                    "for its theory) and states no step-size or iteration-count formula; the defaults are practical "
                    "choices (see each parameter)")
     params = COMMON + (
-        ParamSpec("steps", "int", 200, "number of iterations T",
-                  "practical default T = 200 (chosen on adult's training accuracy: 0.828 at T = 100, "
-                  "0.835 at T = 200, eps = 1; the trust-region paper tunes DP-GD per data set)", low=1),
+        ParamSpec("steps", "int", 500, "number of iterations T",
+                  "practical default T = 500 (chosen on adult's training split, logistic-nonconvex-reg, "
+                  "eps = 1, seeds 0-1: training loss gap to the non-private optimum 0.0222 at T = 200, "
+                  "0.0135 at T = 500, 0.0140 at T = 1000; at n ~ 10^4-10^5 full-batch noise is small and "
+                  "T = 200 stopped short; the trust-region paper tunes DP-GD per data set)", low=1),
         NOISE_MULTIPLIER,
     )
 
