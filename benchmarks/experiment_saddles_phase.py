@@ -195,6 +195,8 @@ def main(argv=None):
     ap.add_argument("--methods", default=None, help="comma-separated labels (default all)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--tables", default=None, help="only print the tables of this JSON record")
+    ap.add_argument("--choose", action="store_true", help="only print the training-data choice of step and "
+                    "clip: dp-gd's last-iterate F/F(0), eps 1, seeds 0-1, over STEP_GRID x CLIP_GRID")
     a = ap.parse_args(argv)
     if a.tables:
         with open(a.tables) as f:
@@ -204,6 +206,9 @@ def main(argv=None):
     X = real_rows(a.data, columns=cols)
     w_star = planted_w(X.shape[1], a.wstar_seed)
     pb = phase_problem(X, w_star, a.data)
+    if a.choose:
+        print(choose(pb))
+        return
     facts = saddle_facts(pb, w_star)
     print(f"{a.data}: n={pb.n} d={pb.d} declared (G, M, rho) = {pb.constants()}  {facts}", flush=True)
     params = {k: v for k, v in (("step", a.step), ("clip", a.clip)) if v is not None}
@@ -241,6 +246,26 @@ def main(argv=None):
     with open(out, "w") as f:
         json.dump(rec, f, indent=1)
     print(tables(rec))
+
+
+STEP_GRID = (1 / 12, 0.5, 1.0, 2.0, 8.0, 32.0)
+CLIP_GRID = (0.1, 1.0)
+
+
+def choose(pb) -> str:
+    """The step/clip choice on the training rows: dp-gd's last-iterate F/F(0)
+    (eps 1, seeds 0 and 1) for every pair of the grids, as a Markdown table."""
+    F0 = pb.value(np.zeros(pb.d))
+    lines = ["| clip \\ step | " + " | ".join(f"{s:.3g}" for s in STEP_GRID) + " |",
+             "|---|" + "---|" * len(STEP_GRID)]
+    for clip in CLIP_GRID:
+        cells = []
+        for step in STEP_GRID:
+            r = [pb.value(run_method(pb, "dp-gd", "last", {"step": step, "clip": clip}, 1.0, s)[0]) / F0
+                 for s in (0, 1)]
+            cells.append(f"{r[0]:.3g}, {r[1]:.3g}")
+        lines.append(f"| {clip:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _jsonable(x):
