@@ -185,7 +185,8 @@ def _read_config(ctx, param, path):
               help="share of epsilon for --scaling private")
 @click.option("--alpha", type=float, default=None, help="report whether the output is an alpha-SOSP")
 @click.option("--select", default=None, help="privately pick the output among the run's iterates with this "
-              "selector (above-threshold: first alpha-SOSP; exponential: low loss)")
+              "selector (above-threshold: first alpha-SOSP; exponential: low loss); options as NAME:key=value,... "
+              "(e.g. above-threshold:check=fosp; see dpreg info NAME)")
 @click.option("--select-share", type=float, default=0.1, show_default=True,
               help="share of epsilon spent on --select (charged before the run)")
 @click.option("--out", type=click.Path(dir_okay=False), default="run.json", show_default=True,

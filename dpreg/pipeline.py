@@ -114,13 +114,14 @@ class RunConfig:
 
 
 def _parse_data_name(spec: str) -> tuple[str, dict]:
+    """``"name:key=value,..."`` -> (name, {key: value string}) (data sets, losses, selectors)."""
     name, _, opts = spec.partition(":")
     kw = {}
     if opts:
         for part in opts.split(","):
             k, eq, v = part.partition("=")
             if not eq or not k.strip():
-                raise ParameterError(f"data options must look like name:key=value,...; got {spec!r}")
+                raise ParameterError(f"options must look like name:key=value,...; got {spec!r}")
             kw[k.strip()] = v.strip()
     return name, kw
 
@@ -260,7 +261,8 @@ def _validate(cfg: RunConfig, reg):
         raise ParameterError(f"scaling share must be in (0, 1), got {cfg.scaling_share!r}")
     sel_cls = None
     if cfg.select is not None:
-        sel_cls = reg.get("selector", cfg.select)
+        sel_cls = reg.get("selector", selector_name(cfg.select))
+        selector_options(sel_cls, cfg.select)  # unknown or malformed options fail here, before any work
         if not (isinstance(cfg.select_share, (int, float)) and 0 < cfg.select_share < 1):
             raise ParameterError(f"select share must be in (0, 1), got {cfg.select_share!r}")
         if "alpha" in inspect.signature(sel_cls.select).parameters and cfg.alpha is None:
@@ -626,6 +628,24 @@ def _threads() -> int:
     return int(numba.get_num_threads())
 
 
+def selector_name(spec: str) -> str:
+    """The selector's registered name in ``--select NAME[:key=value,...]``."""
+    return _parse_data_name(spec)[0]
+
+
+def selector_options(sel_cls, spec: str) -> dict:
+    """The constructor options of ``--select NAME:key=value,...``, parsed by the
+    selector's declared ParamSpecs (``dpreg info NAME``); only the options given.
+    ``alpha`` is the run's ``--alpha`` (one way to set it), never an option here."""
+    from .params import bind
+
+    name, given = _parse_data_name(spec)
+    if "alpha" in given:
+        raise ParameterError(f"--select {name}: give alpha with --alpha, not as a selector option")
+    values = bind(getattr(sel_cls, "params", ()), given, f"selector {name}")
+    return {k: values[k] for k in given}
+
+
 def _prepare_selection(sel_cls, problem, accountant, cfg, rng):
     """Build the output selector and charge its pure-DP release now, before the
     run (the selector gets a :class:`~dpreg.accounting.Prepaid` view that
@@ -634,12 +654,13 @@ def _prepare_selection(sel_cls, problem, accountant, cfg, rng):
 
     eps_sel = float(cfg.select_share) * float(cfg.epsilon)
     event = pure_dp_event(eps_sel)
+    opts = selector_options(sel_cls, cfg.select)
     try:
-        selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng)
+        selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng, **opts)
     except ParameterError:
-        if "check" not in inspect.signature(sel_cls.__init__).parameters:
+        if "check" in opts or "check" not in inspect.signature(sel_cls.__init__).parameters:
             raise
-        selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng, check="fosp")
+        selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng, check="fosp", **opts)
     accountant.charge(event, None, label=f"{cfg.select} output selection (charged before the run)")
     return selector, eps_sel
 

@@ -112,3 +112,34 @@ def test_exponential_selection_refuses_a_network_before_the_run(tmp_path, monkey
     assert r.exit_code == 2, r.output
     assert "mlp" in r.output and "above-threshold" in r.output and not out.exists()
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_selector_options_reach_the_selector_fosp_returns_the_saddle_sosp_does_not(seed):
+    """``--select above-threshold:check=...`` sets the selector's declared
+    option: from the strict saddle w = 0 of phase retrieval (lambda_min(0) =
+    -3/8 < -sqrt(rho alpha) = -0.245), the first-order test accepts the start
+    (candidate 0, the saddle) and the second-order test rejects it."""
+    kw = dict(algo="dp-gd", loss="phase-retrieval", data="phase-retrieval:n=20000,d=2", epsilon=4.0,
+              seed=seed, intercept=False, alpha=0.005, params={"steps": 100, "step": 1.0, "clip": 1.0}, warn=False)
+    fo = dpreg.run(select="above-threshold:check=fosp", **kw)
+    so = dpreg.run(select="above-threshold:check=sosp", **kw)
+    rho = 12.0  # the phase-retrieval loss's declared rho
+    assert fo["diagnostics"]["selection"]["index"] == 0
+    assert fo["diagnostics"]["metrics"]["train_lambda_min"] < -np.sqrt(rho * 0.005)
+    assert so["diagnostics"]["selection"]["index"] not in (None, 0)
+    assert so["diagnostics"]["metrics"]["train_lambda_min"] > 0
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("above-threshold:chek=fosp", "unknown parameter 'chek' for selector above-threshold"),
+    ("above-threshold:check=xx", "must be one of sosp, fosp"),
+    ("above-threshold:alpha=0.1", "give alpha with --alpha"),
+    ("above-threshold:check", "options must look like name:key=value"),
+])
+def test_bad_selector_options_fail_before_the_run(tmp_path, spec, message):
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(cli, ["run", "--algo", "dp-sgd", "--data", DATA, "--epsilon", "1", "--alpha", "0.1",
+                                   "--select", spec, "--out", str(out)])
+    assert res.exit_code != 0 and message in res.output and "Traceback" not in res.output
+    assert not out.exists()
