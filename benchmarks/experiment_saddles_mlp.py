@@ -38,6 +38,8 @@ import time
 
 import numpy as np
 
+from dpreg.results import jsonable
+
 ALGOS = (
     ("dp-gd", []),
     ("dp-sgd", []),
@@ -144,17 +146,8 @@ def run_one(reg, pb, tp, algo, params, eps, delta, seed, n_lanczos=6):
         info["noise"] = noise_name
     return {"algo": algo, "params": list(params), "eps": eps, "seed": seed, "iterations": out.iterations,
             "records_used": out.records_used, "epsilon_spent": acc.epsilon_spent, "run_s": t_run,
-            "checkpoints": rows, "info": _jsonable(info)}
+            "checkpoints": rows, "info": jsonable(info)}
 
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, np.integer, np.bool_)):
-        return x.item()
-    return x
 
 
 def main(argv=None):

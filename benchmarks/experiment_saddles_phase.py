@@ -54,6 +54,8 @@ import time
 
 import numpy as np
 
+from dpreg.results import jsonable
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 DATA_FILES = {"ijcnn1": ("ijcnn1.trn.bz2", None), "adult": ("adult.trn.bz2", 123)}
 SEL_SHARE = 0.1          # the pipeline's default select share
@@ -230,7 +232,7 @@ def main(argv=None):
                 r = {"method": label, "algo": algo, "rule": rule, "eps": eps, "seed": seed, "alpha": alpha,
                      "run_alpha": out.info.get("alpha"),
                      "iterations": out.iterations, "records_used": out.records_used, "epsilon_spent": spent,
-                     "selection": sel, "info": _jsonable({k: out.info[k] for k in KEEP if k in out.info}),
+                     "selection": sel, "info": jsonable({k: out.info[k] for k in KEEP if k in out.info}),
                      "run_s": time.perf_counter() - t0, **ev}
                 runs.append(r)
                 print(f"eps {eps:g} {label:26s} seed {seed}: |w| {ev['norm']:.3f} F/F0 {ev['loss_ratio']:.3f} "
@@ -266,16 +268,6 @@ def choose(pb) -> str:
             cells.append(f"{r[0]:.3g}, {r[1]:.3g}")
         lines.append(f"| {clip:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-def _jsonable(x):
-    if isinstance(x, dict):
-        return {k: _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, (np.floating, np.integer, np.bool_)):
-        return x.item()
-    return x
 
 
 def tables(rec) -> str:

@@ -25,13 +25,15 @@ def versions() -> dict:
     return out
 
 
-def _jsonable(o):
+def jsonable(o):
+    """``o`` with numpy scalars and arrays as plain Python values (dicts, lists,
+    floats, ints, bools), non-finite floats as strings: what ``json`` writes."""
     if isinstance(o, dict):
-        return {str(k): _jsonable(v) for k, v in o.items()}
+        return {str(k): jsonable(v) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
+        return [jsonable(v) for v in o]
     if isinstance(o, np.ndarray):
-        return _jsonable(o.tolist())
+        return jsonable(o.tolist())
     if isinstance(o, (np.floating, float)):
         f = float(o)
         return f if np.isfinite(f) else str(f)
@@ -43,7 +45,7 @@ def _jsonable(o):
 
 
 def to_json(record: dict) -> str:
-    return json.dumps(_jsonable(record), indent=2, sort_keys=False)
+    return json.dumps(jsonable(record), indent=2, sort_keys=False)
 
 
 def check_writable(path: str) -> None:
