@@ -103,7 +103,7 @@ class AdaptiveSpider(Algorithm):
                   "(4 for H=8) instead of bit_length(n); data-independent default 8, chosen on adult's training "
                   "split (logistic, tree, eps=1, tuning seeds 100-105): train accuracy 0.8233 (H=4), 0.8260 (6), "
                   "0.8260 +- 0.0014 (8), 0.8239 (12), 0.8220 +- 0.0031 (16, the former default), 0.8207 (32); "
-                  "a9a train: final ||grad|| 0.013 at H=16 vs 0.017 for H=32", low=1),
+                  "benchmarks/tune_defaults_h_t.py; a9a train: final ||grad|| 0.013 at H=16 vs 0.017 for H=32", low=1),
         ParamSpec("output", "str", "set", "which iterate(s) the run returns",
                   "Alg 2 returns the set {x_t} ('set': every iterate kept as a candidate for --select, "
                   "the last one released without a selector); 'last', 'random' (uniform iterate), 'average'",
