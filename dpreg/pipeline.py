@@ -113,7 +113,7 @@ class RunConfig:
     write_record: bool = True
 
 
-def _parse_data_name(spec: str) -> tuple[str, dict]:
+def _parse_name_options(spec: str) -> tuple[str, dict]:
     """``"name:key=value,..."`` -> (name, {key: value string}) (data sets, losses, selectors)."""
     name, _, opts = spec.partition(":")
     kw = {}
@@ -130,7 +130,7 @@ def get_loss(reg, spec: str):
     """The loss named by ``spec`` (``name`` or ``name:key=value,...``): options
     go to the registered loss, which must then be callable (a loss factory:
     ``loss(**options)`` returns the configured loss)."""
-    name, kw = _parse_data_name(spec)
+    name, kw = _parse_name_options(spec)
     loss = reg.get("loss", name)
     if not kw:
         return loss
@@ -192,7 +192,7 @@ def load_data(spec, *, schema, split_seed: int, test: bool = False) -> Loaded:
     if not isinstance(spec, str):
         raise DataError(f"{where} must be a data-set name, a file path or an (X, y) pair; got {type(spec).__name__}")
     reg = get_registry()
-    name, kw = _parse_data_name(spec)
+    name, kw = _parse_name_options(spec)
     if name in reg.names("dataset"):
         factory = reg.get("dataset", name)
         try:
@@ -259,15 +259,16 @@ def _validate(cfg: RunConfig, reg):
         raise ParameterError("--bounds FILE goes with --scaling bounds (and only with it)")
     if cfg.scaling == "private" and not (0 < cfg.scaling_share < 1):
         raise ParameterError(f"scaling share must be in (0, 1), got {cfg.scaling_share!r}")
-    sel_cls = None
+    sel_cls = sel_opts = None
     if cfg.select is not None:
-        sel_cls = reg.get("selector", selector_name(cfg.select))
-        selector_options(sel_cls, cfg.select)  # unknown or malformed options fail here, before any work
+        sel_name, sel_given = _parse_name_options(cfg.select)
+        sel_cls = reg.get("selector", sel_name)
+        sel_opts = selector_options(sel_cls, sel_name, sel_given)  # bad options fail here, before any work
         if not (isinstance(cfg.select_share, (int, float)) and 0 < cfg.select_share < 1):
             raise ParameterError(f"select share must be in (0, 1), got {cfg.select_share!r}")
         if "alpha" in inspect.signature(sel_cls.select).parameters and cfg.alpha is None:
             raise ParameterError(f"--select {cfg.select} tests alpha-stationarity: give --alpha")
-    return algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls
+    return algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls, sel_opts
 
 
 def _pipeline_rng(cfg: RunConfig, root: int, stream: int) -> np.random.Generator:
@@ -290,7 +291,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     warn = cfg.warn or (lambda msg: None)
     stage = cfg.stage or (lambda name: None)
     reg = get_registry()
-    algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls = _validate(cfg, reg)
+    algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls, sel_opts = _validate(cfg, reg)
     if cfg.out is not None:
         check_writable(cfg.out)
     if cfg.threads is not None:
@@ -393,7 +394,8 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
     selector = eps_sel = None
     if sel_cls is not None:  # charged before the run: the run calibrates to what is left
-        selector, eps_sel = _prepare_selection(sel_cls, problem, accountant, cfg, _pipeline_rng(cfg, root, 1))
+        selector, eps_sel = _prepare_selection(sel_cls, sel_opts, problem, accountant, cfg,
+                                               _pipeline_rng(cfg, root, 1))
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed,
                     progress=cfg.progress)
@@ -628,25 +630,21 @@ def _threads() -> int:
     return int(numba.get_num_threads())
 
 
-def selector_name(spec: str) -> str:
-    """The selector's registered name in ``--select NAME[:key=value,...]``."""
-    return _parse_data_name(spec)[0]
-
-
-def selector_options(sel_cls, spec: str) -> dict:
-    """The constructor options of ``--select NAME:key=value,...``, parsed by the
-    selector's declared ParamSpecs (``dpreg info NAME``); only the options given.
-    ``alpha`` is the run's ``--alpha`` (one way to set it), never an option here."""
+def selector_options(sel_cls, name: str, given: dict) -> dict:
+    """The constructor options of ``--select NAME:key=value,...`` (``given``,
+    value strings), parsed by the selector's declared ParamSpecs (``dpreg info
+    NAME``); only the options given.  ``alpha`` is the run's ``--alpha`` (one way
+    to set it), never an option here."""
     from .params import bind
 
-    name, given = _parse_data_name(spec)
     if "alpha" in given:
         raise ParameterError(f"--select {name}: give alpha with --alpha, not as a selector option")
-    values = bind(getattr(sel_cls, "params", ()), given, f"selector {name}")
+    specs = [s for s in getattr(sel_cls, "params", ()) if s.name != "alpha"]
+    values = bind(specs, given, f"selector {name}")
     return {k: values[k] for k in given}
 
 
-def _prepare_selection(sel_cls, problem, accountant, cfg, rng):
+def _prepare_selection(sel_cls, opts, problem, accountant, cfg, rng):
     """Build the output selector and charge its pure-DP release now, before the
     run (the selector gets a :class:`~dpreg.accounting.Prepaid` view that
     matches its own charge against this one)."""
@@ -654,13 +652,7 @@ def _prepare_selection(sel_cls, problem, accountant, cfg, rng):
 
     eps_sel = float(cfg.select_share) * float(cfg.epsilon)
     event = pure_dp_event(eps_sel)
-    opts = selector_options(sel_cls, cfg.select)
-    try:
-        selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng, **opts)
-    except ParameterError:
-        if "check" in opts or "check" not in inspect.signature(sel_cls.__init__).parameters:
-            raise
-        selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng, check="fosp", **opts)
+    selector = sel_cls(problem, accountant=Prepaid(accountant, event), rng=rng, **opts)
     accountant.charge(event, None, label=f"{cfg.select} output selection (charged before the run)")
     return selector, eps_sel
 

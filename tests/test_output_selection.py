@@ -143,3 +143,18 @@ def test_bad_selector_options_fail_before_the_run(tmp_path, spec, message):
                                    "--select", spec, "--out", str(out)])
     assert res.exit_code != 0 and message in res.output and "Traceback" not in res.output
     assert not out.exists()
+
+
+def test_sosp_selection_beyond_the_dense_limit_is_refused_not_downgraded(tmp_path):
+    """d above the dense eigendecomposition limit: the default check=sosp is
+    refused with advice (it used to fall back to the gradient test silently);
+    check=fosp, asked for, runs."""
+    data = "synthetic-logistic:n=400,d=310"
+    out = tmp_path / "r.json"
+    base = ["run", "--algo", "dp-sgd", "--data", data, "--epsilon", "1", "--alpha", "0.5", "--out", str(out)]
+    res = CliRunner().invoke(cli, base + ["--select", "above-threshold"])
+    assert res.exit_code != 0 and "--select above-threshold:check=fosp" in res.output
+    assert "Traceback" not in res.output and not out.exists()
+    res = CliRunner().invoke(cli, base + ["--select", "above-threshold:check=fosp"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["diagnostics"]["selection"]["check"] == "fosp"

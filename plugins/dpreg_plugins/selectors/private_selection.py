@@ -275,7 +275,8 @@ class AboveThresholdSelector(Selector):
         if check == "sosp" and problem.d > DENSE_MAX_D:
             raise ParameterError(
                 f"above-threshold's lambda_min query needs an exact dense eigendecomposition "
-                f"(d <= {DENSE_MAX_D}); d = {problem.d}: use check=fosp")
+                f"(d <= {DENSE_MAX_D}); d = {problem.d}: test the gradient only with "
+                f"--select above-threshold:check=fosp")
         self.check = check
 
     @property
