@@ -83,8 +83,8 @@ class DPGD(Algorithm):
         ParamSpec("steps", "int", 500, "number of iterations T",
                   "practical default T = 500 (chosen on adult's training split, logistic-nonconvex-reg, "
                   "eps = 1, seeds 0-1: training loss gap to the non-private optimum 0.0222 at T = 200, "
-                  "0.0135 at T = 500, 0.0140 at T = 1000; at n ~ 10^4-10^5 full-batch noise is small and "
-                  "T = 200 stopped short; benchmarks/tune_defaults_h_t.py; the trust-region paper tunes DP-GD per data set)", low=1),
+                  "0.0135 at T = 500, 0.0140 at T = 1000 (benchmarks/tune_defaults_h_t.py); "
+                  "the trust-region paper tunes DP-GD per data set)", low=1),
         NOISE_MULTIPLIER,
     )
 
