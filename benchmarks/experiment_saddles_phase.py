@@ -113,41 +113,39 @@ def phase_problem(X: np.ndarray, w_star: np.ndarray, name: str = "phase"):
 
 def run_method(pb, algo: str, rule: str, params: dict, eps: float, seed: int, alpha: float | None = None):
     """One run from w = 0 at budget (eps, 1/n) through ``rule`` ('last', 'fosp',
-    'sosp'); returns (w, out, selection info or None, epsilon spent)."""
-    from dpreg.accounting import Prepaid, pure_dp_event
+    'sosp'); returns (w, out, selection info or None, epsilon spent).  The
+    selection is the pipeline's own (``dpreg run --select
+    above-threshold:check=RULE``): charged before the run, then over the run's
+    checkpoints and its final point."""
+    from types import SimpleNamespace
+
     from dpreg.interfaces import secret_seed
     from dpreg.params import bind
-    from dpreg.pipeline import _pipeline_rng
+    from dpreg.pipeline import _pipeline_rng, _prepare_selection, _select_output
     from dpreg.registry import get_registry
 
     reg = get_registry()
     cls = reg.get("algorithm", algo)
     p = bind(cls.params, dict(params), algo)
     acc = reg.get("accountant", "rdp")(eps, 1.0 / pb.n, cls.relation_for(p))
-    selector = None
-    if rule != "last":  # charged before the run, as the pipeline's --select does
-        event = pure_dp_event(SEL_SHARE * eps)
-        rng = _pipeline_rng(None, secret_seed(seed), 1)
-        selector = reg.get("selector", "above-threshold")(pb, accountant=Prepaid(acc, event), rng=rng,
-                                                          grad_clip=params.get("clip"), check=rule)
-        acc.charge(event, None, label="above-threshold output selection (charged before the run)")
+    selector = cfg = None
+    if rule != "last":
+        cfg = SimpleNamespace(select=f"above-threshold:check={rule}", select_share=SEL_SHARE, epsilon=eps,
+                              alpha=alpha)
+        opts = {"check": rule, **({"grad_clip": params["clip"]} if params.get("clip") is not None else {})}
+        selector, eps_sel = _prepare_selection(reg.get("selector", "above-threshold"), opts, pb, acc, cfg,
+                                               _pipeline_rng(None, secret_seed(seed), 1))
     noise = (cls.default_noise or "tree") if cls.uses_noise else None
     with np.errstate(all="ignore"):
         out = cls(pb, p, noise=reg.get("noise", noise) if noise else None, accountant=acc, seed=seed).run()
     w, sel = np.asarray(out.w, dtype=float), None
     if selector is not None:
-        traj = out.info.get("trajectory")
-        cands = [np.asarray(v, dtype=float) for v in (traj.iterates if traj is not None else [])]
-        steps = list(traj.steps) if traj is not None else []
-        if not cands or not np.array_equal(cands[-1], w):
-            cands.append(w)
-            steps.append(out.iterations)
-        res = selector.select(cands, SEL_SHARE * eps, alpha=alpha)
-        assert selector.accountant.used
-        sel = {"candidates": len(cands), "index": res.index, "step": None if res.index is None else steps[res.index],
-               "fallback_to_last": res.index is None}
-        if res.index is not None:
-            w = np.asarray(res.w, dtype=float)
+        w, info = _select_output(selector, eps_sel, out, w, cfg)
+        i = info["index"]
+        step = None if i is None else info["steps"][i]
+        sel = {"candidates": info["candidates"], "index": i,
+               "step": out.iterations if i is not None and step is None else step,
+               "fallback_to_last": info["fallback_to_last"]}
     return w, out, sel, acc.epsilon_spent
 
 
