@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 
 import dpreg
-from dpreg.pipeline import nonprivate_optimum
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -28,16 +27,26 @@ def main():
     ap.add_argument("--algos", default="adaptive-spider,dp-gd,dp-sgd,dp-spider,perturbed-sgd,warm-start,"
                                        "zo-o2nc,distributed-spider,dp-trust-region,dp-stochastic-trust-region")
     ap.add_argument("--skip-ijcnn1", action="store_true")
+    ap.add_argument("--only-ijcnn1", action="store_true", help="measure only the IJCNN1 gaps")
+    ap.add_argument("--scaling", default="auto", help="feature scaling of the IJCNN1 runs (auto, private, ...)")
     a = ap.parse_args()
     warnings.filterwarnings("ignore")
     from dpreg.registry import get_registry
 
     names = [n for n in a.algos.split(",") if n in get_registry().names("algorithm")]
-    print("| algorithm (defaults) | adult test accuracy, eps = 1 (mean ± sd, %d seeds) | min | run s |" % a.seeds)
+    if not a.only_ijcnn1:
+        adult_and_breast_cancer(names, a.seeds)
+    if a.skip_ijcnn1 or not (SHARED / "ijcnn1.trn.bz2").exists():
+        return
+    ijcnn1_gaps(names, a.seeds, a.scaling)
+
+
+def adult_and_breast_cancer(names, seeds):
+    print("| algorithm (defaults) | adult test accuracy, eps = 1 (mean ± sd, %d seeds) | min | run s |" % seeds)
     print("|---|---|---|---|")
     for algo in names:
         acc, secs = [], []
-        for s in range(a.seeds):
+        for s in range(seeds):
             t = time.perf_counter()
             r = dpreg.run(algo=algo, epsilon=1.0, seed=s)
             secs.append(time.perf_counter() - t)
@@ -45,22 +54,24 @@ def main():
         print(f"| {algo} | {np.mean(acc):.4f} ± {np.std(acc):.4f} | {np.min(acc):.4f} | {np.mean(secs):.1f} |",
               flush=True)
     acc = [dpreg.run(algo="dp-sgd", data="breast-cancer", test_fraction=0.2, epsilon=1.0, seed=s)
-           ["diagnostics"]["metrics"]["test_accuracy"] for s in range(a.seeds)]
+           ["diagnostics"]["metrics"]["test_accuracy"] for s in range(seeds)]
     print(f"\nbreast-cancer, dp-sgd defaults, eps = 1, seeded 80/20 split: test accuracy "
           f"{np.mean(acc):.4f} ± {np.std(acc):.4f} (min {np.min(acc):.4f})")
-    if a.skip_ijcnn1 or not (SHARED / "ijcnn1.trn.bz2").exists():
-        return
+
+
+def ijcnn1_gaps(names, seeds, scaling):
     data = str(SHARED / "ijcnn1.trn.bz2")
     gaps = {}
     for algo in ["dp-sgd"] + [n for n in names if n != "dp-sgd"]:
         vals = []
-        for s in range(min(a.seeds, 3)):
+        for s in range(min(seeds, 3)):
             r = dpreg.run(algo=algo, loss="logistic-nonconvex-reg", data=data, features=22, zero_based=False,
-                          epsilon=1.0, seed=s)
+                          epsilon=1.0, seed=s, scaling=scaling)
             b = r["diagnostics"]["baselines"]
             vals.append(r["diagnostics"]["metrics"]["train_loss"] - b["nonprivate_train_loss"])
         gaps[algo] = float(np.mean(vals))
-    print("\n| algorithm | IJCNN1 logistic-nonconvex-reg optimality gap F(w) - F*, eps = 1 | ratio to dp-sgd |")
+    print(f"\n| algorithm | IJCNN1 logistic-nonconvex-reg optimality gap F(w) - F*, eps = 1, --scaling {scaling} "
+          f"| ratio to dp-sgd |")
     print("|---|---|---|")
     for algo, g in gaps.items():
         print(f"| {algo} | {g:.4g} | {g / gaps['dp-sgd']:.2f} |")
