@@ -113,7 +113,8 @@ def threshold_rows(load: int, d: int = 22, n: int = 50_000):
     X = rng.standard_normal((n, d)) / np.sqrt(d) / 2
     y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
     nx = np.einsum("ij,ij->i", X, X)
-    ref = K.scalar_ref(get_registry().get("loss", "logistic").scalar_kernels()[1])
+    loss = get_registry().get("loss", "logistic")
+    ref, blk = K.scalar_ref(loss.scalar_kernels()[1]), K.block_ref(loss.block_kernels()[0])
     w = np.full(d, 0.1)
     r = np.zeros(d)
     out = []
@@ -121,7 +122,7 @@ def threshold_rows(load: int, d: int = 22, n: int = 50_000):
         for b in (256, 1024, 4096, 16384, 50_000):
             idx = np.sort(rng.choice(n, b, replace=False)).astype(np.int64)
             reps = max(20, 400_000 // b)
-            ts = [_time(lambda: K.grad_sum.fast(par)(X, y, nx, idx, False, w, r, ref, 1.0), reps) for par in
+            ts = [_time(lambda: K.grad_sum.fast(par)(X, y, nx, idx, False, w, r, ref, blk, 1.0), reps) for par in
                   (False, True)]
             out.append((load, b, b * d, ts[0], ts[1]))
     return out

@@ -143,6 +143,12 @@ class Problem:
         per-call address look-up in the kernels)."""
         return tuple(self._k.scalar_ref(f) for f in self._scalars)
 
+    @cached_property
+    def _dphi_block(self):
+        """The loss's block function of dphi (its own or the row-by-row
+        default) as a stored-address reference."""
+        return self._k.block_ref(self.loss.block_kernels()[0])
+
     def _fast(self, kernel, work: float):
         """The compiled entry point of ``kernel``'s serial or parallel variant
         for ``work`` elements (:func:`dpreg_kernels.config.want_parallel`;
@@ -215,9 +221,10 @@ class Problem:
         ix, full, rows = self._batch(idx)
         if self._csr is not None:
             return self._fast(self._ks.grad_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w, r,
-                                                                       self._refs[1], _inner(clip))
+                                                                       self._refs[1], self._dphi_block,
+                                                                       _inner(clip))
         return self._fast(self._k.grad_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, r,
-                                                           self._refs[1], _inner(clip))
+                                                           self._refs[1], self._dphi_block, _inner(clip))
 
     def clipped_diff_sum(self, w: np.ndarray, w_prev: np.ndarray, idx: np.ndarray | None, clip: float):
         """(sum over idx of per-record gradient differences grad f(w) - grad f(w_prev),
@@ -229,10 +236,10 @@ class Problem:
         ix, full, rows = self._batch(idx)
         if self._csr is not None:
             return self._fast(self._ks.diff_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w, wp,
-                                                                       r, rp,
-                                                                       self._refs[1], _inner(clip))
+                                                                       r, rp, self._refs[1], self._dphi_block,
+                                                                       _inner(clip))
         return self._fast(self._k.diff_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, wp, r, rp,
-                                                           self._refs[1], _inner(clip))
+                                                           self._refs[1], self._dphi_block, _inner(clip))
 
     def initial_point(self, rng: np.random.Generator) -> np.ndarray:
         """The data-independent default start of an algorithm: the origin

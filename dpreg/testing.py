@@ -121,6 +121,31 @@ class LossContract:
         np.testing.assert_allclose(s, (D * scale[:, None]).sum(0), rtol=1e-9, atol=1e-12)
         assert k == int(np.sum(norms > clip))
 
+    def test_block_derivative_matches_scalar(self):
+        """The compiled block form of dphi (the loss's own ``dphi_block``, or
+        the row-by-row default) gives the scalar ``dphi``'s values - to 1e-13
+        relative, or 1e-15 of the largest value absolute (a block form may
+        avoid a cancellation the scalar form has: sigmoid's s (1 - s)) - on
+        margins from 0 to beyond exp's range and on NaN, for stages of every
+        length up to 64."""
+        from dpreg_kernels.linear_model import SCALAR_SIG  # noqa: F401 (compiles the kernels' types)
+
+        loss = _registry().get("loss", self.loss_name)
+        blk = loss.block_kernels()[0]
+        dphi = loss.scalar_kernels()[1]
+        rng = np.random.default_rng(11)
+        m = np.concatenate([[0.0, -0.0, 1e-300, -1e-300, 700.0, -700.0, 710.0, -710.0, 1e4, -1e4],
+                            rng.standard_normal(40) * 3, rng.standard_normal(14) * 200])
+        y = _labels(loss, rng, m.size)
+        for n in (1, 3, 4, 17, m.size):
+            out = np.full(n, np.nan)
+            blk(m[:n].copy(), y[:n].copy(), out, np.empty(n), np.empty(n, dtype=np.int64), dphi)
+            want = np.array([type(loss).dphi(float(a), float(b)) for a, b in zip(m[:n], y[:n])])
+            np.testing.assert_allclose(out, want, rtol=1e-13, atol=1e-15 * max(1e-285, np.abs(want).max()))
+        out = np.zeros(2)
+        blk(np.array([np.nan, 0.5]), y[:2].copy(), out, np.empty(2), np.empty(2, dtype=np.int64), dphi)
+        assert np.isnan(out[0]) == np.isnan(type(loss).dphi(float("nan"), float(y[0]))) and np.isfinite(out[1])
+
     def test_declared_lipschitz_constant_holds_on_unit_ball(self):
         loss, pb, X, y, w, rng = self._setup(5)
         G, M, rho = loss.constants(self.d)

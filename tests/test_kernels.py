@@ -70,14 +70,15 @@ def _batches(rng, n):
 def _grad(K, loss, X, y, w, idx, clip, full=False):
     r = np.ascontiguousarray(loss.psi_grad(w), dtype=float)
     nx = K.row_sqnorms(X)
-    return K.grad_sum(X, y, nx, idx, full, w, r, loss.scalar_kernels()[1], float(clip))
+    return K.grad_sum(X, y, nx, idx, full, w, r, loss.scalar_kernels()[1], loss.block_kernels()[0], float(clip))
 
 
 def _diff(K, loss, X, y, w, wp, idx, clip, full=False):
     r = np.ascontiguousarray(loss.psi_grad(w), dtype=float)
     rp = np.ascontiguousarray(loss.psi_grad(wp), dtype=float)
     nx = K.row_sqnorms(X)
-    return K.diff_sum(X, y, nx, idx, full, w, wp, r, rp, loss.scalar_kernels()[1], float(clip))
+    return K.diff_sum(X, y, nx, idx, full, w, wp, r, rp, loss.scalar_kernels()[1], loss.block_kernels()[0],
+                      float(clip))
 
 
 def _mid_clip(norms):
@@ -236,14 +237,14 @@ def test_serial_and_parallel_variants_are_bit_identical(K, S, registry):
     rng, X, y, w = _data(loss, 8, n=2000)
     wp = w + 0.1
     r, rp = loss.psi_grad(w), loss.psi_grad(wp)
-    dphi = loss.scalar_kernels()[1]
+    dphi, blk = loss.scalar_kernels()[1], loss.block_kernels()[0]
     nx = K.row_sqnorms(X)
     for idx, full in ((np.zeros(0, np.int64), True), (rng.integers(0, 2000, 1500).astype(np.int64), False)):
-        a = K.grad_sum(X, y, nx, idx, full, w, r, dphi, 0.1)
-        b = S.grad_sum_serial(X, y, nx, idx, full, w, r, dphi, 0.1)
+        a = K.grad_sum(X, y, nx, idx, full, w, r, dphi, blk, 0.1)
+        b = S.grad_sum_serial(X, y, nx, idx, full, w, r, dphi, blk, 0.1)
         assert a[0].tobytes() == b[0].tobytes() and a[1] == b[1]
-        a = K.diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, 0.01)
-        b = S.diff_sum_serial(X, y, nx, idx, full, w, wp, r, rp, dphi, 0.01)
+        a = K.diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, blk, 0.01)
+        b = S.diff_sum_serial(X, y, nx, idx, full, w, wp, r, rp, dphi, blk, 0.01)
         assert a[0].tobytes() == b[0].tobytes() and a[1] == b[1]
 
 
@@ -264,11 +265,12 @@ _THREAD_SCRIPT = textwrap.dedent("""
     for name in ("logistic", "sigmoid-l2", "logistic-nonconvex-reg", "lowy-synthetic"):
         loss = reg.get("loss", name)
         phi, dphi, d2phi = loss.scalar_kernels()
+        blk = loss.block_kernels()[0]
         r, rp = loss.psi_grad(w), loss.psi_grad(wp)
         for ix, full in ((np.zeros(0, np.int64), True), (idx, False)):
             for clip in (0.01, 1e9):
-                s, k = K.grad_sum(X, y, nx, ix, full, w, r, dphi, clip); h.update(s.tobytes()); h.update(bytes([k % 256]))
-                s, k = K.diff_sum(X, y, nx, ix, full, w, wp, r, rp, dphi, clip * 0.1); h.update(s.tobytes())
+                s, k = K.grad_sum(X, y, nx, ix, full, w, r, dphi, blk, clip); h.update(s.tobytes()); h.update(bytes([k % 256]))
+                s, k = K.diff_sum(X, y, nx, ix, full, w, wp, r, rp, dphi, blk, clip * 0.1); h.update(s.tobytes())
         h.update(np.float64(K.phi_sum(X, y, idx, w, phi)).tobytes())
         h.update(K.hvp_sum(X, y, idx, w, wp, d2phi).tobytes())
         h.update(K.hessian_sum(X, y, idx, w, d2phi).tobytes())

@@ -386,7 +386,7 @@ def test_clip_holds_under_cancellation(one_thread, li, d, seed, xscale, log_clip
 
     loss = get_registry().get("loss", li)
     dphi_py = type(loss).dphi
-    dphi = loss.scalar_kernels()[1]
+    dphi, blk = loss.scalar_kernels()[1], loss.block_kernels()[0]
     rng = np.random.default_rng(seed)
     x = rng.standard_normal(d)
     x *= xscale / np.linalg.norm(x)
@@ -409,9 +409,9 @@ def test_clip_holds_under_cancellation(one_thread, li, d, seed, xscale, log_clip
     nx = K.row_sqnorms(X)
     for idx, copies in ((np.array([0]), 1), (np.zeros(4, dtype=np.int64), 4)):
         if kind == "grad":
-            v, _ = K.grad_sum(X, y, nx, idx, False, w, r, dphi, clip)
+            v, _ = K.grad_sum(X, y, nx, idx, False, w, r, dphi, blk, clip)
         else:
-            v, _ = K.diff_sum(X, y, nx, idx, False, w, wp, r, rp, dphi, clip)
+            v, _ = K.diff_sum(X, y, nx, idx, False, w, wp, r, rp, dphi, blk, clip)
         assert np.all(np.isfinite(v))
         assert not _exact_norm_over(v, copies * clip), (kind, li, np.linalg.norm(v) / (copies * clip))
 

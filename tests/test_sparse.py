@@ -94,16 +94,16 @@ def test_serial_and_parallel_csr_variants_bit_identical(setup, rng):
     import dpreg_kernels.sparse as K
 
     loss, C, A, y, ps, _ = setup
-    ref = ps._refs[1]
+    ref, blk = ps._refs[1], ps._dphi_block
     data, ind, ptr = ps._csr
     w = rng.standard_normal(40)
     r = np.zeros(40)
     for full, idx in ((True, np.zeros(0, dtype=np.int64)), (False, np.sort(rng.choice(300, 290)))):
-        a = K.grad_sum.serial(data, ind, ptr, ps.y, ps._nx, idx, full, w, r, ref, 0.1)
-        b = K.grad_sum.parallel(data, ind, ptr, ps.y, ps._nx, idx, full, w, r, ref, 0.1)
+        a = K.grad_sum.serial(data, ind, ptr, ps.y, ps._nx, idx, full, w, r, ref, blk, 0.1)
+        b = K.grad_sum.parallel(data, ind, ptr, ps.y, ps._nx, idx, full, w, r, ref, blk, 0.1)
         assert a[1] == b[1] and np.array_equal(a[0], b[0])
-        a = K.diff_sum.serial(data, ind, ptr, ps.y, ps._nx, idx, full, w, -w, r, r, ref, 0.1)
-        b = K.diff_sum.parallel(data, ind, ptr, ps.y, ps._nx, idx, full, w, -w, r, r, ref, 0.1)
+        a = K.diff_sum.serial(data, ind, ptr, ps.y, ps._nx, idx, full, w, -w, r, r, ref, blk, 0.1)
+        b = K.diff_sum.parallel(data, ind, ptr, ps.y, ps._nx, idx, full, w, -w, r, r, ref, blk, 0.1)
         assert a[1] == b[1] and np.array_equal(a[0], b[0])
 
 

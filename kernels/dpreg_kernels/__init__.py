@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["compile_scalar", "cache_fallback"]
+__all__ = ["compile_scalar", "compile_block", "cache_fallback"]
 
 
 def _writable(directory: str) -> bool:
@@ -91,3 +91,18 @@ def compile_scalar(func):
     from .linear_model import SCALAR_SIG
 
     return jit_scalar(SCALAR_SIG)(func)
+
+
+def compile_block(func):
+    """Compile a loss's block function ``f(m, y, out, work, bits, scalar)``
+    (:data:`dpreg_kernels.linear_model.BLOCK_SIG`), cached on disk, for the
+    hot kernels; ``None`` gives the kernels' row-by-row
+    :data:`dpreg_kernels.linear_model.scalar_block`.  The function must be
+    numba-compatible and defined at module level in a file (for the cache)."""
+    from . import linear_model
+
+    if func is None:
+        return linear_model.scalar_block
+    from .config import jit_block
+
+    return jit_block(linear_model.BLOCK_SIG)(func)

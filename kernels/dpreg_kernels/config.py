@@ -92,6 +92,14 @@ def jit_scalar(signature):
     return numba.njit(signature, fastmath=_FM, cache=CACHE, error_model="numpy")
 
 
+def jit_block(signature):
+    """Decorator for a loss's block functions (a stage of margins at a time,
+    :data:`dpreg_kernels.linear_model.BLOCK_SIG`): cached, eager, numpy error
+    model (as :func:`jit_scalar`: a first-class function call cannot
+    propagate an exception)."""
+    return numba.njit(signature, fastmath=_FM, cache=CACHE, error_model="numpy")
+
+
 def jit_inline(func):
     """Decorator for helpers called only from kernels (compiled with the
     caller's types, cached; LLVM inlines the small ones).  Numba-IR inlining

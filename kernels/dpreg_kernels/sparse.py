@@ -32,8 +32,8 @@ import numpy as np
 from numba import prange, types
 
 from .config import jit_inline
-from .intrinsics import prefetch
-from .linear_model import _BOUND_FLOOR, Idx, Kernel, ScalarFn, Vec, _err_coef, _over, _scale, f8, i8, n_chunks
+from .linear_model import (STAGE, _BOUND_FLOOR, BlockFn, Idx, Kernel, ScalarFn, Vec, _any_nonzero, _err_coef, _over,
+                           _reduce_parts, _scale, _stage_index, f8, i8, n_chunks)
 
 
 def _csr_chunks(indptr, idx, full, b, d):
@@ -55,36 +55,119 @@ def _csr_chunks(indptr, idx, full, b, d):
     return nc if nc < cap else cap
 
 
-#: Rows ahead of the current one whose CSR slices a gather loop prefetches
-#: (sampled batches are scattered: each row's data is a cache miss otherwise).
-CSR_AHEAD = 8
+def _csr_margins(data, indices, indptr, y, w, ib, nb, mv, yv):
+    """``mv[u] = <x_ib[u], w>`` and ``yv[u] = y`` for the stage's ``nb`` rows.
+    No software prefetch: the rows of a stage are independent, so the
+    out-of-order core overlaps their cache misses; prefetching each row's
+    slices 8 rows ahead (which needs its ``indptr`` entries loaded first) made
+    the margins of 256 scattered a9a rows 3.3x slower (20.2 against 6.2 us)."""
+    for u in range(nb):
+        i = ib[u]
+        m = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            m += data[p] * w[indices[p]]
+        mv[u] = m
+        yv[u] = y[i]
 
 
-def _csr_prefetch(data, indices, indptr, y, nx, idx, t, b):
-    """Gather path only: hint the cache lines of the batch's row ``t + CSR_AHEAD``
-    (its first and last non-zero, column numbers, label and squared norm) and
-    the ``indptr`` entry of row ``t + 2 CSR_AHEAD``.  A hint: never changes a
-    result, never reads out of bounds (positions past the batch are skipped)."""
-    u = t + 2 * CSR_AHEAD
-    if u < b:
-        prefetch(indptr, idx[u])
-    u = t + CSR_AHEAD
-    if u < b:
-        i = idx[u]
-        lo = indptr[i]
-        hi = indptr[i + 1]
-        if hi > lo:
-            prefetch(data, lo)
-            prefetch(data, hi - 1)
-            prefetch(indices, lo)
-            prefetch(indices, hi - 1)
-        prefetch(y, i)
-        prefetch(nx, i)
+def _csr_margins2(data, indices, indptr, y, w, wp, ib, nb, mv, nv, yv):
+    """:func:`_csr_margins` at two points in one pass (``nv[u] = <x, wp>``)."""
+    for u in range(nb):
+        i = ib[u]
+        m = 0.0
+        mp = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            v = data[p]
+            q = indices[p]
+            m += v * w[q]
+            mp += v * wp[q]
+        mv[u] = m
+        nv[u] = mp
+        yv[u] = y[i]
 
 
-def _csr_grad_sum(data, indices, indptr, y, nx, idx, full, w, r, dphi, clip):
+def _csr_stage_scales(data, indices, indptr, nx, ib, nb, r, rr, has_r, ek, clip, clip2, av, cv, sv):
+    """Clip factors of the stage's terms ``a x + r`` (``av[u] = a``) from the
+    module docstring's norm: ``cv[u] = s a``, ``sv[u] = s`` (0: dropped).
+    Returns (sum of the factors, number clipped)."""
+    cs = 0.0
+    k = 0
+    for u in range(nb):
+        i = ib[u]
+        a = av[u]
+        if has_r:
+            g2 = 0.0
+            for p in range(indptr[i], indptr[i + 1]):
+                v = a * data[p] + r[indices[p]]
+                g2 += v * v
+            g2 += rr
+        else:
+            g2 = (a * a) * nx[i]
+        # g2 sums squares (no cancellation); its rounding is covered as in the dense
+        # kernels' proof (linear_model, above _scale): a bound gu >= the true |term|^2
+        gu = g2 + ek * g2 + _BOUND_FLOOR
+        k += _over(gu, clip2)
+        s = _scale(gu, g2, clip, clip2)
+        cs += s
+        sv[u] = s
+        cv[u] = s * a if s != 0.0 else 0.0
+    return cs, k
+
+
+def _csr_stage_accumulate(data, indices, indptr, ib, nb, cv, sv, acc):
+    """``acc += sum_u cv[u] x_ib[u]`` over the stage's kept terms (``sv[u] != 0``)."""
+    for u in range(nb):
+        if sv[u] != 0.0:
+            i = ib[u]
+            c = cv[u]
+            for p in range(indptr[i], indptr[i + 1]):
+                acc[indices[p]] += c * data[p]
+
+
+def _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rr, has_r, ek, dphi, blk, clip, clip2, lo, hi,
+               b, acc, sc, isc):
+    """Batch positions ``lo..hi`` into ``acc``, a stage of :data:`STAGE` rows at
+    a time: margins, the loss's block derivative(s), clip factors,
+    accumulation.  ``two`` False: terms ``dphi(<x,w>) x + r`` (O1); True:
+    ``(dphi(<x,w>) - dphi(<x,wp>)) x + r`` with ``r`` the difference of the psi
+    gradients (O2).  ``sc`` is a (6, STAGE) float scratch, ``isc`` a (2,
+    STAGE) int64 one.  Returns (sum of clip factors, number clipped)."""
+    mv = sc[0]
+    nv = sc[1]
+    yv = sc[2]
+    av = sc[3]
+    cv = sc[4]
+    sv = sc[5]
+    ib = isc[0]
+    bt = isc[1]
+    cs = 0.0
+    k = 0
+    s0 = lo
+    while s0 < hi:
+        s1 = min(hi, s0 + STAGE)
+        nb = s1 - s0
+        _stage_index(idx, full, s0, s1, ib)
+        if two:
+            _csr_margins2(data, indices, indptr, y, w, wp, ib, nb, mv, nv, yv)
+            blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bt[:nb], dphi)
+            blk(nv[:nb], yv[:nb], mv[:nb], cv[:nb], bt[:nb], dphi)
+            for u in range(nb):
+                av[u] = av[u] - mv[u]
+        else:
+            _csr_margins(data, indices, indptr, y, w, ib, nb, mv, yv)
+            blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bt[:nb], dphi)
+        cc, kk = _csr_stage_scales(data, indices, indptr, nx, ib, nb, r, rr, has_r, ek, clip, clip2, av, cv, sv)
+        cs += cc
+        k += kk
+        _csr_stage_accumulate(data, indices, indptr, ib, nb, cv, sv, acc)
+        s0 = s1
+    return cs, k
+
+
+def _csr_grad_sum(data, indices, indptr, y, nx, idx, full, w, r, dphi, blk, clip):
     """Sum over the batch of ``min(1, clip/|g_i|) g_i``, ``g_i = dphi(<x_i,w>, y_i) x_i + r``
-    (clip factor from the module docstring's norm); ``(sum, n_clipped)``."""
+    (clip factor from the module docstring's norm; ``blk`` the loss's block
+    function, rows staged as in the dense kernels); ``(sum, n_clipped)``."""
     n = indptr.shape[0] - 1
     d = w.shape[0]
     b = n if full else idx.shape[0]
@@ -93,61 +176,23 @@ def _csr_grad_sum(data, indices, indptr, y, nx, idx, full, w, r, dphi, clip):
     part = np.zeros((nc, d))
     coef = np.zeros(nc)
     ncl = np.zeros(nc, dtype=np.int64)
+    scr = np.empty((nc, 6, STAGE))
+    iscr = np.empty((nc, 2, STAGE), dtype=np.int64)
+    has_r = _any_nonzero(r)
     rr = 0.0
     for j in range(d):
         rr += r[j] * r[j]
-    has_r = rr > 0.0
-    clip2 = clip * clip
     ek = _err_coef(d)
     for c in prange(nc):
-        acc = part[c]
-        cs = 0.0
-        k = 0
-        for t in range(c * step, min(b, c * step + step)):
-            if not full:
-                _csr_prefetch(data, indices, indptr, y, nx, idx, t, b)
-            i = t if full else idx[t]
-            lo = indptr[i]
-            hi = indptr[i + 1]
-            m = 0.0
-            for p in range(lo, hi):
-                m += data[p] * w[indices[p]]
-            a = dphi(m, y[i])
-            g2 = 0.0
-            if has_r:
-                for p in range(lo, hi):
-                    v = a * data[p] + r[indices[p]]
-                    g2 += v * v
-                g2 += rr
-            else:
-                g2 = (a * a) * nx[i]
-            # g2 sums squares (no cancellation); its rounding is covered as in the dense
-            # kernels' proof (linear_model, above _scale): a bound gu >= the true |term|^2
-            gu = g2 + ek * g2 + _BOUND_FLOOR
-            k += _over(gu, clip2)
-            s = _scale(gu, g2, clip, clip2)
-            if s != 0.0:
-                sa = s * a
-                for p in range(lo, hi):
-                    acc[indices[p]] += sa * data[p]
-                cs += s
+        lo = c * step
+        cs, k = _csr_chunk(data, indices, indptr, y, nx, idx, full, w, w, False, r, rr, has_r, ek, dphi, blk, clip,
+                           clip * clip, lo, min(b, lo + step), b, part[c], scr[c], iscr[c])
         coef[c] = cs
         ncl[c] = k
-    out = np.zeros(d)
-    tot = 0.0
-    nclip = 0
-    for c in range(nc):
-        for j in range(d):
-            out[j] += part[c, j]
-        tot += coef[c]
-        nclip += ncl[c]
-    if has_r:
-        for j in range(d):
-            out[j] += tot * r[j]
-    return out, nclip
+    return _reduce_parts(part, coef, ncl, r, has_r)
 
 
-def _csr_diff_sum(data, indices, indptr, y, nx, idx, full, w, wp, r, rp, dphi, clip):
+def _csr_diff_sum(data, indices, indptr, y, nx, idx, full, w, wp, r, rp, dphi, blk, clip):
     """Sum over the batch of the clipped per-record gradient difference
     ``(a_i - a'_i) x_i + (r - rp)`` (see :func:`dpreg_kernels.linear_model._diff_sum`);
     ``(sum, n_clipped)``."""
@@ -159,65 +204,22 @@ def _csr_diff_sum(data, indices, indptr, y, nx, idx, full, w, wp, r, rp, dphi, c
     part = np.zeros((nc, d))
     coef = np.zeros(nc)
     ncl = np.zeros(nc, dtype=np.int64)
+    scr = np.empty((nc, 6, STAGE))
+    iscr = np.empty((nc, 2, STAGE), dtype=np.int64)
     dr = np.empty(d)
     rr = 0.0
     for j in range(d):
         dr[j] = r[j] - rp[j]
         rr += dr[j] * dr[j]
-    has_r = rr > 0.0
-    clip2 = clip * clip
+    has_r = _any_nonzero(dr)
     ek = _err_coef(d)
     for c in prange(nc):
-        acc = part[c]
-        cs = 0.0
-        k = 0
-        for t in range(c * step, min(b, c * step + step)):
-            if not full:
-                _csr_prefetch(data, indices, indptr, y, nx, idx, t, b)
-            i = t if full else idx[t]
-            lo = indptr[i]
-            hi = indptr[i + 1]
-            m = 0.0
-            mp = 0.0
-            for p in range(lo, hi):
-                v = data[p]
-                q = indices[p]
-                m += v * w[q]
-                mp += v * wp[q]
-            yi = y[i]
-            a = dphi(m, yi) - dphi(mp, yi)
-            g2 = 0.0
-            if has_r:
-                for p in range(lo, hi):
-                    v = a * data[p] + dr[indices[p]]
-                    g2 += v * v
-                g2 += rr
-            else:
-                g2 = (a * a) * nx[i]
-            # g2 sums squares (no cancellation); its rounding is covered as in the dense
-            # kernels' proof (linear_model, above _scale): a bound gu >= the true |term|^2
-            gu = g2 + ek * g2 + _BOUND_FLOOR
-            k += _over(gu, clip2)
-            s = _scale(gu, g2, clip, clip2)
-            if s != 0.0:
-                sa = s * a
-                for p in range(lo, hi):
-                    acc[indices[p]] += sa * data[p]
-                cs += s
+        lo = c * step
+        cs, k = _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, True, dr, rr, has_r, ek, dphi, blk, clip,
+                           clip * clip, lo, min(b, lo + step), b, part[c], scr[c], iscr[c])
         coef[c] = cs
         ncl[c] = k
-    out = np.zeros(d)
-    tot = 0.0
-    nclip = 0
-    for c in range(nc):
-        for j in range(d):
-            out[j] += part[c, j]
-        tot += coef[c]
-        nclip += ncl[c]
-    if has_r:
-        for j in range(d):
-            out[j] += tot * dr[j]
-    return out, nclip
+    return _reduce_parts(part, coef, ncl, dr, has_r)
 
 
 def _csr_row_sqnorms(data, indptr):
@@ -328,11 +330,15 @@ def _csr_clipped_hessian_sum(data, indices, indptr, y, idx, w, d2phi, clip):
 
 _CSR = (Vec, Idx, Idx)
 _csr_chunks = jit_inline(_csr_chunks)
-_csr_prefetch = jit_inline(_csr_prefetch)
-grad_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, ScalarFn, f8),
+_csr_margins = jit_inline(_csr_margins)
+_csr_margins2 = jit_inline(_csr_margins2)
+_csr_stage_scales = jit_inline(_csr_stage_scales)
+_csr_stage_accumulate = jit_inline(_csr_stage_accumulate)
+_csr_chunk = jit_inline(_csr_chunk)
+grad_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, ScalarFn, BlockFn, f8),
                   _csr_grad_sum)
-diff_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, Vec, Vec, ScalarFn, f8),
-                  _csr_diff_sum)
+diff_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, Vec, Vec, ScalarFn, BlockFn,
+                                         f8), _csr_diff_sum)
 row_sqnorms = Kernel(Vec(Vec, Idx), _csr_row_sqnorms)
 phi_sum = Kernel(f8(*_CSR, Vec, Idx, Vec, ScalarFn), _csr_phi_sum)
 hvp_sum = Kernel(Vec(*_CSR, Vec, Idx, Vec, Vec, ScalarFn), _csr_hvp_sum)

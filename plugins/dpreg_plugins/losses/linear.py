@@ -130,6 +130,7 @@ class Logistic(LinearModelLoss):
     phi = staticmethod(logistic_phi)
     dphi = staticmethod(logistic_dphi)
     d2phi = staticmethod(logistic_d2phi)
+    dphi_block = "dpreg_kernels.loss_blocks:logistic_dphi"
 
     def constants(self, d):
         return 1.0, SIG1, SIG2
@@ -142,6 +143,7 @@ class Sigmoid(LinearModelLoss):
     phi = staticmethod(sigmoid_phi)
     dphi = staticmethod(sigmoid_dphi)
     d2phi = staticmethod(sigmoid_d2phi)
+    dphi_block = "dpreg_kernels.loss_blocks:sigmoid_dphi"
 
     def constants(self, d):
         return SIG1, SIG2, SIG3

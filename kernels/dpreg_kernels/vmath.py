@@ -1,0 +1,59 @@
+"""Vectorisable elementary functions for the losses' block functions.
+
+numba calls libm's scalar ``exp`` (it has no vector math library here: SVML
+needs Intel's runtime and an SVML-patched LLVM), so a loop of ``math.exp``
+cannot use SIMD lanes, and on small rows the loss derivative's ``exp`` is most
+of a kernel's time (IJCNN1, d = 23: 5.9 of 25 ns per row, plus the call and
+its branch).  :func:`exp_nonpos` computes ``exp`` over an array with
+arithmetic LLVM vectorises: Cody-Waite range reduction ``x = k ln 2 + r``,
+``|r| <= ln(2)/2``, a degree-12 Taylor polynomial for ``exp(r)`` (truncation
+error below ``0.347^13/13! = 1.8e-16``), and the factor ``2^k`` written
+directly as the bits of a float64 (an int64 scratch array viewed as float64).
+Measured: 0.4 ns per element against numpy's 0.5 and about 6 for a scalar
+libm loop (`benchmarks/bench_kernels.py`, ``test_exp_block``); relative error
+<= 2^-51 against ``math.exp`` on [-708, 0] (``tests/test_vmath.py``).
+
+Compiled without reassociation or approximate-function flags: the two-part
+``ln 2`` of the range reduction must not be folded into one constant.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+#: flags of the functions here: contraction into FMAs only (more accurate, never less)
+_EXACT = {"nsz", "contract"}
+
+LOG2E = 1.4426950408889634
+#: ln 2 split so that k * LN2_HI is exact for |k| < 2^20 (fdlibm's constants)
+LN2_HI = 6.93147180369123816490e-01
+LN2_LO = 1.90821492927058770002e-10
+#: below this exp(x) is subnormal or 0; inputs are clamped here (exp = 3.3e-308)
+X_MIN = -708.0
+
+
+@numba.njit(fastmath=_EXACT, cache=True)
+def exp_nonpos(x, out, bits):
+    """``out[i] = exp(x[i])`` for ``x[i] <= 0``, i over
+    ``x.shape[0]``; ``bits`` is an int64 scratch array at least as long.
+    Arguments below -708 (and -inf) are clamped there (result 3.3e-308
+    instead of a subnormal or 0), positive ones to 0 (result 1: outside the
+    contract); NaN gives NaN.  Relative error <= 2^-51.  ``out`` may be
+    ``x``, but then LLVM's run-time overlap check sends the loop to its scalar
+    version (measured 2.6 against 0.5 ns per element): pass distinct arrays."""
+    n = x.shape[0]
+    for i in range(n):
+        xi = x[i]
+        xc = xi if xi >= X_MIN else X_MIN  # NaN too: the conversion to int64 below never sees it
+        if xc > 0.0:
+            xc = 0.0
+        k = np.floor(xc * LOG2E + 0.5)
+        r = (xc - k * LN2_HI) - k * LN2_LO
+        p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (
+            1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0 + r * (1.0 / 40320.0 + r * (
+                1.0 / 362880.0 + r * (1.0 / 3628800.0 + r * (1.0 / 39916800.0 + r * (1.0 / 479001600.0))))))))))))
+        out[i] = p if xi == xi else xi  # NaN stays NaN
+        bits[i] = (np.int64(k) + 1023) << 52  # 2^k as float64 bits (k >= -1022 after the clamp)
+    scale = bits[:n].view(np.float64)
+    for i in range(n):
+        out[i] *= scale[i]
