@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Hashable
 
 import numpy as np
@@ -32,26 +33,64 @@ def new_pass_id() -> tuple:
     return ("pass", next(_PASSES))
 
 
-def poisson_rows(rng: np.random.Generator, n: int, q: float) -> np.ndarray:
-    """Sorted int64 row numbers of a Poisson subsample of ``range(n)``: each row
-    independently with probability ``q`` (0 < q < 1), in O(q n) time.
+def geometric_gaps(rng: np.random.Generator, q: float, size, cap: int) -> np.ndarray:
+    """Geometric(q) draws (support 1, 2, ...) as int64, capped at ``cap + 1``:
+    ``floor(E / lam) + 1`` with ``E`` standard exponential and ``lam =
+    -log(1 - q)``, since ``P(floor(E / lam) >= k) = exp(-lam k) = (1 - q)^k``.
+    One exponential (numpy's ziggurat) per draw: 22 against 40 us for 5,600
+    draws of ``rng.geometric``, which takes a logarithm per draw.  The cap
+    (any gap past it ends a sample of ``range(cap)`` anyway) keeps the
+    conversion to int64 exact for tiny q."""
+    lam = -math.log1p(-float(q))
+    e = rng.standard_exponential(size) * (1.0 / lam)
+    np.minimum(e, float(cap), out=e)
+    return e.astype(np.int64) + 1
+
+
+def poisson_rows_many(rng: np.random.Generator, n: int, q: float, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """``k`` independent Poisson subsamples of ``range(n)`` (each row in each
+    independently with probability ``q``, 0 < q < 1), as ``(rows, offsets)``:
+    sample ``i`` is ``rows[offsets[i]:offsets[i + 1]]``, sorted, int64.
+    O(k q n) time, not O(k n).
 
     The gaps between consecutive selected rows of a Bernoulli(q) sequence are
-    independent Geometric(q) variables (support 1, 2, ...), so the selected
-    rows are the partial sums of geometric draws, minus one, below n: the same
-    distribution as ``flatnonzero(rng.random(n) < q)``, drawn without n
-    uniforms.  Draws come in blocks of about q n + 6 sqrt(q n) + 16 (rarely a
-    second block); every draw is from ``rng``."""
+    independent Geometric(q) variables, so each sample's rows are the partial
+    sums of geometric draws (:func:`geometric_gaps`), minus one, below n: the
+    same law as ``flatnonzero(rng.random(n) < q)``.  The draws come as one
+    (k, q n + 6 sqrt(q n) + 16) block; a sample whose block ends before n
+    (rare) draws more, after the block.  Every draw is from ``rng``."""
+    k = int(k)
     mean = q * n
-    block = int(mean + 6.0 * np.sqrt(mean) + 16)
-    pos = np.cumsum(rng.geometric(q, size=block), dtype=np.int64)
-    if pos[-1] <= n:  # not yet past the end: keep drawing (rare)
-        parts = [pos]
-        while parts[-1][-1] <= n:
-            parts.append(parts[-1][-1] + np.cumsum(rng.geometric(q, size=block), dtype=np.int64))
-        pos = np.concatenate(parts)
-    k = int(np.searchsorted(pos, n, side="right"))
-    return pos[:k] - 1
+    block = int(mean + 6.0 * math.sqrt(mean) + 16)
+    pos = np.cumsum(geometric_gaps(rng, q, (k, block), n), axis=1)
+    short = np.flatnonzero(pos[:, -1] <= n)
+    if short.size == 0:
+        keep = pos <= n
+        counts = keep.sum(axis=1)
+        rows = pos[keep] - 1
+    else:  # rare: some sample's block ended before n; keep drawing for it
+        parts = []
+        for i in range(k):
+            p = pos[i]
+            if p[-1] <= n:
+                more = [p]
+                while more[-1][-1] <= n:
+                    more.append(more[-1][-1] + np.cumsum(geometric_gaps(rng, q, block, n)))
+                p = np.concatenate(more)
+            parts.append(p[:int(np.searchsorted(p, n, side="right"))] - 1)
+        counts = np.array([len(p) for p in parts], dtype=np.int64)
+        rows = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    offsets = np.zeros(k + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return np.ascontiguousarray(rows, dtype=np.int64), offsets
+
+
+def poisson_rows(rng: np.random.Generator, n: int, q: float) -> np.ndarray:
+    """Sorted int64 row numbers of one Poisson subsample of ``range(n)`` (each
+    row independently with probability ``q``, 0 < q < 1), in O(q n) time:
+    :func:`poisson_rows_many` with one sample."""
+    rows, _ = poisson_rows_many(rng, n, q, 1)
+    return rows
 
 
 class SinglePass:
@@ -112,6 +151,14 @@ class Resample:
         idx = poisson_rows(self.rng, self.n, q)
         self.used += len(idx)
         return idx, Participation.poisson(q)
+
+    def poisson_many(self, q: float, k: int) -> tuple[np.ndarray, np.ndarray, Participation]:
+        """``k`` independent Poisson subsamples at rate ``q`` (0 < q < 1) at
+        once, as ``(rows, offsets, participation)`` (see
+        :func:`poisson_rows_many`); each is one Poisson-sampled release."""
+        rows, offsets = poisson_rows_many(self.rng, self.n, q, k)
+        self.used += len(rows)
+        return rows, offsets, Participation.poisson(q)
 
     def full(self) -> tuple[np.ndarray, Participation]:
         """All records (no amplification)."""

@@ -79,6 +79,13 @@ class LinearModelLoss:
     #: sigmoid losses in :mod:`dpreg_kernels.loss_blocks`) makes small-d kernels
     #: 2-3x faster.  None: the kernels call ``dphi`` row by row.
     dphi_block: Callable | str | None = None
+    #: optional compiled form of ``psi_grad`` for the many-step kernels
+    #: (``dpreg_kernels.sgd``): a numba-compatible ``f(w, params, out)`` writing
+    #: grad psi(w) into ``out``, with ``params = psi_params()`` - or its import
+    #: path, as ``dphi_block``.  A loss that overrides ``psi_grad`` without one
+    #: runs its algorithms step by step from Python (the same results, slower
+    #: for small batches).
+    psi_grad_kernel: Callable | str | None = None
 
     def constants(self, d: int) -> tuple[float, float, float]:
         """(G, M, rho) for |x| <= 1; see class docstring."""
@@ -93,6 +100,17 @@ class LinearModelLoss:
     def psi_hvp(self, w: np.ndarray, v: np.ndarray) -> np.ndarray:
         return np.zeros_like(v)
 
+    def psi_params(self) -> np.ndarray:
+        """The parameters ``psi_grad_kernel`` reads (float64 array; e.g. the
+        regularisation weight), so a subclass that changes them needs no new
+        compiled function."""
+        return np.zeros(0)
+
+    @property
+    def has_psi(self) -> bool:
+        """Whether the loss has a data-independent term (overrides psi_grad)."""
+        return type(self).psi_grad is not LinearModelLoss.psi_grad
+
     def scalar_kernels(self):
         """(phi, dphi, d2phi) compiled with the kernels' scalar signature."""
         cached = getattr(self, "_compiled", None)
@@ -103,26 +121,47 @@ class LinearModelLoss:
             self._compiled = cached
         return cached
 
+    def psi_kernel(self):
+        """The compiled psi gradient for the many-step kernels: the loss's
+        ``psi_grad_kernel`` (or the zero gradient when it has no psi), or None
+        when it has a psi but no compiled form."""
+        cached = getattr(self, "_compiled_psi", False)
+        if cached is False:
+            from dpreg_kernels import compile_psi
+
+            own = _resolve(type(self).psi_grad_kernel)
+            if own is None and self.has_psi:
+                cached = None
+            else:
+                cached = compile_psi(own)
+            self._compiled_psi = cached
+        return cached
+
     def block_kernels(self):
         """(dphi_block,) compiled with the kernels' block signature: the
         loss's own ``dphi_block``, else the kernels' row-by-row
-        :data:`dpreg_kernels.linear_model.scalar_block`."""
+        :func:`dpreg_kernels.linear_model.scalar_block_fn`."""
         cached = getattr(self, "_compiled_blocks", None)
         if cached is None:
             from dpreg_kernels import compile_block
 
-            own = type(self).dphi_block
-            if isinstance(own, str):
-                import importlib
-
-                module, _, attr = own.partition(":")
-                own = getattr(importlib.import_module(module), attr)
-            cached = (compile_block(own),)
+            cached = (compile_block(_resolve(type(self).dphi_block)),)
             self._compiled_blocks = cached
         return cached
 
     def describe(self) -> str:
         return (self.__doc__ or "").strip().splitlines()[0] if self.__doc__ else self.name
+
+
+def _resolve(func):
+    """A loss's compiled-helper attribute: the callable itself, or imported from
+    its ``"package.module:name"`` path (None stays None)."""
+    if isinstance(func, str):
+        import importlib
+
+        module, _, attr = func.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return func
 
 
 # ------------------------------------------------------------------- participation

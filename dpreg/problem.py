@@ -206,7 +206,7 @@ class Problem:
     @cached_property
     def _no_psi(self) -> bool:
         """Whether the loss has no data-independent term (psi_grad not overridden)."""
-        return type(self.loss).psi_grad is LinearModelLoss.psi_grad
+        return not self.loss.has_psi
 
     @cached_property
     def _zeros_d(self) -> np.ndarray:
@@ -220,11 +220,11 @@ class Problem:
         r = self._psi_grad(w)
         ix, full, rows = self._batch(idx)
         if self._csr is not None:
-            return self._fast(self._ks.grad_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w, r,
-                                                                       self._refs[1], self._dphi_block,
-                                                                       _inner(clip))
-        return self._fast(self._k.grad_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, r,
-                                                           self._refs[1], self._dphi_block, _inner(clip))
+            return self._fast(self._ks.clipped_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w,
+                                                                          w, False, r, r, self._refs[1],
+                                                                          self._dphi_block, _inner(clip))
+        return self._fast(self._k.clipped_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, w, False, r, r,
+                                                              self._refs[1], self._dphi_block, _inner(clip))
 
     def clipped_diff_sum(self, w: np.ndarray, w_prev: np.ndarray, idx: np.ndarray | None, clip: float):
         """(sum over idx of per-record gradient differences grad f(w) - grad f(w_prev),
@@ -235,11 +235,67 @@ class Problem:
         rp = self._psi_grad(wp)
         ix, full, rows = self._batch(idx)
         if self._csr is not None:
-            return self._fast(self._ks.diff_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w, wp,
-                                                                       r, rp, self._refs[1], self._dphi_block,
-                                                                       _inner(clip))
-        return self._fast(self._k.diff_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, wp, r, rp,
-                                                           self._refs[1], self._dphi_block, _inner(clip))
+            return self._fast(self._ks.clipped_sum, rows * self._row_nnz)(*self._csr, self.y, self._nx, ix, full, w,
+                                                                          wp, True, r, rp, self._refs[1],
+                                                                          self._dphi_block, _inner(clip))
+        return self._fast(self._k.clipped_sum, rows * self.d)(self.X, self.y, self._nx, ix, full, w, wp, True, r, rp,
+                                                              self._refs[1], self._dphi_block, _inner(clip))
+
+    # ------------------------------------------------------------ many SGD steps
+    def sgd_steps_available(self, batch: float) -> bool:
+        """Whether :meth:`sgd_steps` serves this loss for batches of expected
+        size ``batch``: the loss's psi gradient is compiled (or it has none),
+        a batch's work is below the parallel threshold (larger batches are
+        better served one parallel kernel call per step), and
+        :meth:`clipped_grad_sum` is this class's own (a subclass that changes
+        it - the audit's faults, a user's instrumentation - runs step by step
+        through it: the compiled steps would bypass it)."""
+        from dpreg_kernels.config import PARALLEL_WORK
+
+        if type(self).clipped_grad_sum is not Problem.clipped_grad_sum:
+            return False
+        work = batch * (self._row_nnz if self._csr is not None else self.d)
+        return work < PARALLEL_WORK and self.loss.psi_kernel() is not None
+
+    @cached_property
+    def _psi_ref(self):
+        from dpreg_kernels.sgd import PSI_SIG
+
+        return self._k.FunctionRef(self.loss.psi_kernel(), PSI_SIG)
+
+    @cached_property
+    def _psi_params(self) -> np.ndarray:
+        return np.ascontiguousarray(self.loss.psi_params(), dtype=np.float64)
+
+    def sgd_steps(self, w0: np.ndarray, rows: np.ndarray, offsets: np.ndarray, noise: np.ndarray, *,
+                  noise_std: float, step: float, denom: float, radius: float | None, clip: float):
+        """``K = len(offsets) - 1`` noisy SGD steps in one compiled call
+        (:mod:`dpreg_kernels.sgd`): step k sums the per-record gradients of
+        ``rows[offsets[k]:offsets[k+1]]`` at the current point, each clipped to
+        ``clip`` (as :meth:`clipped_grad_sum`), adds ``noise[k] * noise_std``,
+        divides by ``denom``, steps by ``step`` and projects onto the ball of
+        ``radius`` (None: none).  The batches and the (K, d) standard normal
+        noise come from the caller's secret generators.  Returns ``(w_K,
+        iterates (K, d), noisy gradient norms (K,))``.  Requires
+        :meth:`sgd_steps_available`."""
+        from dpreg_kernels import sgd
+
+        K = len(offsets) - 1
+        W = np.empty((K, self.d))
+        gn = np.empty(K)
+        w0 = self._vec(w0)
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        noise = np.ascontiguousarray(noise, dtype=np.float64)
+        if noise.shape != (K, self.d):
+            raise ValueError(f"noise must have shape {(K, self.d)}, got {noise.shape}")
+        tail = (w0, noise, float(noise_std), float(step), float(denom), float(radius) if radius is not None else 0.0,
+                self._psi_ref, self._psi_params, self._refs[1], self._dphi_block, _inner(clip), W, gn)
+        if self._csr is not None:
+            w = sgd.csr_sgd_steps.fast(False)(*self._csr, self.y, self._nx, rows, offsets, *tail)
+        else:
+            w = sgd.sgd_steps.fast(False)(self.X, self.y, self._nx, rows, offsets, *tail)
+        return w, W, gn
 
     def initial_point(self, rng: np.random.Generator) -> np.ndarray:
         """The data-independent default start of an algorithm: the origin

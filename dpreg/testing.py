@@ -146,6 +146,23 @@ class LossContract:
         blk(np.array([np.nan, 0.5]), y[:2].copy(), out, np.empty(2), np.empty(2, dtype=np.int64), dphi)
         assert np.isnan(out[0]) == np.isnan(type(loss).dphi(float("nan"), float(y[0]))) and np.isfinite(out[1])
 
+    def test_compiled_psi_gradient_matches_numpy(self):
+        """The loss's compiled psi gradient (the many-step kernels use it)
+        equals its numpy ``psi_grad``; a loss with psi but no compiled form
+        reports None, and the algorithms then run step by step."""
+        loss = _registry().get("loss", self.loss_name)
+        f = loss.psi_kernel()
+        if f is None:
+            assert loss.has_psi and type(loss).psi_grad_kernel is None
+            return
+        rng = np.random.default_rng(12)
+        params = np.ascontiguousarray(loss.psi_params(), dtype=np.float64)
+        for scale in (0.0, 0.3, 3.0):
+            w = rng.standard_normal(self.d) * scale
+            out = np.full(self.d, np.nan)
+            f(w, params, out)
+            np.testing.assert_allclose(out, loss.psi_grad(w), rtol=1e-13, atol=1e-15)
+
     def test_declared_lipschitz_constant_holds_on_unit_ball(self):
         loss, pb, X, y, w, rng = self._setup(5)
         G, M, rho = loss.constants(self.d)

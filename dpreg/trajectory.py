@@ -32,6 +32,16 @@ class Trajectory:
             self.steps.append(int(step))
             self.iterates.append(np.array(w, dtype=float))
 
+    def log_many(self, first_step: int, W: np.ndarray, **private_series) -> None:
+        """:meth:`log` for steps ``first_step, first_step + 1, ...`` with
+        iterates ``W[i]`` and per-step values ``private_series[k][i]``."""
+        for k, vals in private_series.items():
+            self.series.setdefault(k, []).extend(float(v) for v in vals)
+        steps = first_step + np.arange(len(W))
+        for i in np.flatnonzero(steps % self.every == 0):
+            self.steps.append(int(steps[i]))
+            self.iterates.append(np.array(W[i], dtype=float))
+
     def finish(self, step: int, w: np.ndarray) -> None:
         if not self.steps or self.steps[-1] != step:
             self.steps.append(int(step))
@@ -82,6 +92,23 @@ class OutputChoice:
             if take:
                 self._chosen = np.array(w, dtype=float)
                 self._chosen_t = int(t)
+
+    def see_many(self, first_step: int, W: np.ndarray) -> None:
+        """:meth:`see` for iterates ``W[i]`` of steps ``first_step + i``."""
+        k = len(W)
+        if k == 0:
+            return
+        if self.mode == "average":
+            t_end = first_step + k - 1
+            self._avg = (self._avg * (first_step - 1) + W.sum(axis=0)) / t_end
+        elif self.mode == "random":
+            if self._pick is not None:
+                if first_step <= self._pick < first_step + k:
+                    self._chosen = np.array(W[self._pick - first_step], dtype=float)
+                    self._chosen_t = int(self._pick)
+            else:
+                for i in range(k):
+                    self.see(first_step + i, W[i])
 
     def chosen_step(self, t_last: int) -> int | None:
         """Index t of the returned iterate (None for the average)."""

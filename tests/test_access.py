@@ -42,16 +42,67 @@ def test_poisson_rows_has_the_bernoulli_law(n, q):
 
 
 class _Ones:
-    """Stub generator whose geometric gaps are all 1 (every row selected)."""
+    """Stub generator whose exponentials are all 0, so every geometric gap is 1
+    (every row selected)."""
 
-    def geometric(self, q, size):
-        return np.ones(size, dtype=np.int64)
+    def standard_exponential(self, size):
+        return np.zeros(size)
 
 
 def test_poisson_rows_keeps_drawing_past_the_first_block():
     # q n = 10 -> blocks of ~45 gaps, 1000 rows: many blocks; every row selected once
     idx = poisson_rows(_Ones(), 1000, 0.01)
     np.testing.assert_array_equal(idx, np.arange(1000))
+
+
+@pytest.mark.parametrize("q", [0.3, 0.02, 1e-12])
+def test_geometric_gaps_have_the_geometric_law(q):
+    from dpreg.access import geometric_gaps
+
+    rng = np.random.default_rng(7)
+    cap = 10**9
+    g = geometric_gaps(rng, q, 200_000, cap)
+    assert g.dtype == np.int64 and g.min() >= 1 and g.max() <= cap + 1
+    if q < 1e-6:  # E / lam reaches ~4e13 > int64-safe range of the cap: capped, never overflowed
+        assert np.mean(g == cap + 1) > 0.99
+        return
+    ks = np.arange(1, 8)
+    for k in ks:  # P(gap > k) = (1 - q)^k
+        p = (1 - q) ** k
+        assert abs(np.mean(g > k) - p) < 5 * np.sqrt(p * (1 - p) / g.size), k
+
+
+def test_poisson_rows_many_is_k_independent_samples():
+    """Per sample the Bernoulli law (inclusion q per row, pairwise q^2 across
+    samples and within one), offsets that partition the rows, sorted rows."""
+    from dpreg.access import poisson_rows_many
+
+    rng = np.random.default_rng(3)
+    n, q, k = 30, 0.2, 4
+    reps = 6000
+    inc = np.zeros((k, n))
+    cross = 0.0
+    for _ in range(reps):
+        rows, off = poisson_rows_many(rng, n, q, k)
+        assert off[0] == 0 and off[-1] == len(rows) and np.all(np.diff(off) >= 0) and len(off) == k + 1
+        m = np.zeros((k, n))
+        for i in range(k):
+            r = rows[off[i]:off[i + 1]]
+            assert np.all(np.diff(r) > 0) and (r.size == 0 or (r[0] >= 0 and r[-1] < n))
+            m[i, r] = 1.0
+        inc += m
+        cross += m[0, 5] * m[3, 5]       # the same row in two samples: independent
+    sd = np.sqrt(q * (1 - q) / reps)
+    assert np.all(np.abs(inc / reps - q) < 5 * sd)
+    assert abs(cross / reps - q * q) < 5 * np.sqrt(q * q * (1 - q * q) / reps)
+
+
+def test_poisson_rows_many_draws_past_the_block():
+    from dpreg.access import poisson_rows_many
+
+    rows, off = poisson_rows_many(_Ones(), 200, 0.01, 3)
+    np.testing.assert_array_equal(off, [0, 200, 400, 600])
+    np.testing.assert_array_equal(rows, np.tile(np.arange(200), 3))
 
 
 def test_resample_poisson_counts_use_and_full_batch():

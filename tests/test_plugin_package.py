@@ -68,4 +68,4 @@ def test_third_party_loss_passes_the_public_contract(plugin_env):
                         str(PKG / "tests" / "test_huber_contract.py")],
                        capture_output=True, text=True, env=plugin_env, cwd=str(PKG))
     assert r.returncode == 0, r.stdout[-2000:]
-    assert "6 passed" in r.stdout
+    assert "8 passed" in r.stdout

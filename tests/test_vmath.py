@@ -56,7 +56,7 @@ def test_a_loss_without_block_form_runs_row_by_row(registry):
     from dpreg_kernels.loss_blocks import logistic_dphi
 
     ramp = registry.get("loss", "ramp")
-    assert ramp.block_kernels()[0] is K.scalar_block
+    assert ramp.block_kernels()[0] is K.scalar_block_fn()
     logistic = registry.get("loss", "logistic")
     own = compile_block(logistic_dphi)
     m = np.linspace(-30, 30, 61)
@@ -87,7 +87,7 @@ def test_staged_kernels_match_row_by_row_block(registry, name, sparse):
     y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
     pb = Problem(loss, sp.csr_matrix(X) if sparse else X, y)
     row_by_row = Problem(loss, sp.csr_matrix(X) if sparse else X, y)
-    row_by_row.__dict__["_dphi_block"] = K.block_ref(K.scalar_block)
+    row_by_row.__dict__["_dphi_block"] = K.block_ref(K.scalar_block_fn())
     w = rng.standard_normal(d) * 3
     wp = w + 0.3 * rng.standard_normal(d)
     for b in (1, 3, 4, 63, 64, 65, 130, None):

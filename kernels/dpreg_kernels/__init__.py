@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["compile_scalar", "compile_block", "cache_fallback"]
+__all__ = ["compile_scalar", "compile_block", "compile_psi", "cache_fallback"]
 
 
 def _writable(directory: str) -> bool:
@@ -97,12 +97,26 @@ def compile_block(func):
     """Compile a loss's block function ``f(m, y, out, work, bits, scalar)``
     (:data:`dpreg_kernels.linear_model.BLOCK_SIG`), cached on disk, for the
     hot kernels; ``None`` gives the kernels' row-by-row
-    :data:`dpreg_kernels.linear_model.scalar_block`.  The function must be
+    :func:`dpreg_kernels.linear_model.scalar_block_fn`.  The function must be
     numba-compatible and defined at module level in a file (for the cache)."""
     from . import linear_model
 
     if func is None:
-        return linear_model.scalar_block
-    from .config import jit_block
+        return linear_model.scalar_block_fn()
+    from .config import jit_loss_fn
 
-    return jit_block(linear_model.BLOCK_SIG)(func)
+    return jit_loss_fn(linear_model.BLOCK_SIG)(func)
+
+
+def compile_psi(func):
+    """Compile a loss's psi gradient ``f(w, params, out)`` (``out = grad
+    psi(w)``; :data:`dpreg_kernels.sgd.PSI_SIG`), cached on disk, for the
+    many-step kernels of :mod:`dpreg_kernels.sgd`; ``None`` gives the zero
+    gradient of a loss without psi."""
+    from . import sgd
+
+    if func is None:
+        return sgd.no_psi
+    from .config import jit_loss_fn
+
+    return jit_loss_fn(sgd.PSI_SIG)(func)

@@ -92,11 +92,13 @@ def jit_scalar(signature):
     return numba.njit(signature, fastmath=_FM, cache=CACHE, error_model="numpy")
 
 
-def jit_block(signature):
-    """Decorator for a loss's block functions (a stage of margins at a time,
-    :data:`dpreg_kernels.linear_model.BLOCK_SIG`): cached, eager, numpy error
-    model (as :func:`jit_scalar`: a first-class function call cannot
-    propagate an exception)."""
+def jit_loss_fn(signature):
+    """Decorator for a loss's compiled helpers passed to the kernels as
+    first-class functions (block derivatives,
+    :data:`dpreg_kernels.linear_model.BLOCK_SIG`; psi gradients,
+    :data:`dpreg_kernels.sgd.PSI_SIG`): cached, eager, numpy error model (as
+    :func:`jit_scalar`: a first-class function call cannot propagate an
+    exception)."""
     return numba.njit(signature, fastmath=_FM, cache=CACHE, error_model="numpy")
 
 

@@ -284,32 +284,9 @@ def _margins2(X, w, wp, ib, nb, pf, mv, nv):
         u += 1
 
 
-def _stage_scales(nx, ib, nb, rr, has_r, ek, clip, clip2, av, pv, cv):
-    """Clip factors of the stage's terms ``a x + r`` (``av[u] = a``, ``pv[u] =
-    <x, r>`` when ``has_r``): ``cv[u] = s a`` with s the rounding-safe factor
-    of :func:`_scale`, and ``pv[u] = s`` (0: the term is dropped).  Returns
-    (sum of the factors, number clipped)."""
-    cs = 0.0
-    k = 0
-    for u in range(nb):
-        a = av[u]
-        q = a * a * nx[ib[u]]
-        tq = q + rr
-        if has_r:
-            g = (q + 2.0 * a * pv[u] + rr) + ek * tq + _BOUND_FLOOR
-        else:
-            g = q + ek * tq + _BOUND_FLOOR
-        k += _over(g, clip2)
-        s = _scale(g, tq, clip, clip2)
-        cs += s
-        pv[u] = s
-        cv[u] = s * a if s != 0.0 else 0.0
-    return cs, k
-
-
 def _accumulate_kept(X, ib, nb, cv, acc):
-    """``acc += sum_u cv[u] x_ib[u]`` over the whole stage, 4 rows per pass
-    over ``d`` (the rows are still in cache from the margins pass)."""
+    """``acc += sum_u cv[u] x_ib[u]`` over ``u < nb``, 4 rows per pass over
+    ``d`` (the rows are still in cache from the margins pass)."""
     d = X.shape[1]
     u = 0
     while u + BLOCK <= nb:
@@ -332,124 +309,57 @@ def _accumulate_kept(X, ib, nb, cv, acc):
         u += 1
 
 
-def _stage_accumulate(X, ib, nb, cv, sv, acc):
-    """``acc += sum_u cv[u] x_ib[u]`` over the stage's kept terms.  A dropped
-    term (``sv[u] == 0``) is skipped, so a non-finite row never enters
-    (0 * inf): a stage with one goes row by row, every other stage through
-    :func:`_accumulate_kept` (a test for drops inside its 4-row loop, or a
-    zero row selected there, kept LLVM from vectorising it: 12.5 against 3.8
-    ns per row at d = 23)."""
-    dropped = False
-    for u in range(nb):
-        if sv[u] == 0.0:
-            dropped = True
-    if not dropped:
-        _accumulate_kept(X, ib, nb, cv, acc)
-        return
-    d = X.shape[1]
-    for u in range(nb):
-        if sv[u] != 0.0:
-            xi = X[ib[u]]
-            c = cv[u]
-            for j in range(d):
-                acc[j] += c * xi[j]
-
-
-def _grad_chunk(X, y, nx, idx, full, w, r, rr, has_r, dphi, blk, clip, clip2, pf, lo, hi, acc, scr, iscr, st):
-    """Rows ``lo..hi`` of the batch into ``acc``, a stage of ``st`` rows at a
-    time: margins, the loss's block derivative, clip factors, accumulation
-    (``<x, r>`` in a second pass over the cached rows only when ``has_r``).
-    ``scr`` is a (6, st) float scratch, ``iscr`` a (2, st) int64 one.  Returns
-    (sum of clip factors, number clipped).  One chunk of :func:`_grad_sum` (a
-    separate function so numba's parallel passes see a small loop body)."""
-    ek = _err_coef(X.shape[1])
-    mv = scr[0]
-    pv = scr[1]
-    yv = scr[2]
-    av = scr[3]
-    cv = scr[4]
-    ib = iscr[0]
-    bits = iscr[1]
+def _stage_finish(X, nx, ib, nb, rr, has_r, ek, clip, clip2, av, pv, cv, acc):
+    """The rest of a stage once its derivatives are known (``av[u] = a``,
+    ``pv[u] = <x, r>`` when ``has_r``): the clip factor s of each term ``a x +
+    r`` (the rounding-safe bound of :func:`_scale`; 0 drops the term, and
+    ``pv[u]`` then holds s), then ``acc += sum_u s a x_u`` 4 rows per pass over
+    ``d`` while the rows are in cache.  A dropped term never enters, so a
+    non-finite row is never read (0 * inf): a stage with one is first
+    compacted to its kept rows (``ib`` and ``cv`` rewritten) - a test for drops
+    inside the 4-row loop, or a zero row selected there, kept LLVM from
+    vectorising it (12.5 against 3.8 ns per row at d = 23).  Returns (sum of
+    the clip factors, number clipped)."""
     cs = 0.0
     k = 0
-    s0 = lo
-    while s0 < hi:
-        s1 = min(hi, s0 + st)
-        nb = s1 - s0
-        _stage_index(idx, full, s0, s1, ib)
-        _margins(X, w, ib, nb, pf, mv)
+    kept = nb - nb  # an int64 variable, not the literal 0 (numba would compile callees for both)
+    for u in range(nb):
+        a = av[u]
+        q = a * a * nx[ib[u]]
+        tq = q + rr
         if has_r:
-            _margins(X, r, ib, nb, 0, pv)
+            g = (q + 2.0 * a * pv[u] + rr) + ek * tq + _BOUND_FLOOR
+        else:
+            g = q + ek * tq + _BOUND_FLOOR
+        k += _over(g, clip2)
+        s = _scale(g, tq, clip, clip2)
+        cs += s
+        pv[u] = s
+        if s != 0.0:
+            cv[u] = s * a
+            kept += 1
+    if kept < nb:
+        kept = nb - nb
         for u in range(nb):
-            yv[u] = y[ib[u]]
-        blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bits[:nb], dphi)
-        c, kk = _stage_scales(nx, ib, nb, rr, has_r, ek, clip, clip2, av, pv, cv)
-        cs += c
-        k += kk
-        _stage_accumulate(X, ib, nb, cv, pv, acc)
-        s0 = s1
+            if pv[u] != 0.0:
+                ib[kept] = ib[u]
+                cv[kept] = cv[u]
+                kept += 1
+    _accumulate_kept(X, ib, kept, cv, acc)
     return cs, k
 
 
-def _prefetch_distance(d, full):
-    """Rows ahead that the margins pass prefetches: :func:`_ahead` for gathers
-    and short rows, none for long rows read in order (the hardware prefetcher
-    keeps up with them)."""
-    if full and d >= SHORT_ROW:
-        return 0
-    return _ahead(d)
-
-
-def _grad_sum(X, y, nx, idx, full, w, r, dphi, blk, clip):
-    """Sum over the batch of ``min(1, clip/|g_i|) g_i`` with
-    ``g_i = dphi(<x_i,w>, y_i) x_i + r`` (``r`` = gradient of the
-    data-independent term psi at w).
-
-    The batch is all rows ``0..n-1`` when ``full`` (``idx`` ignored), else the
-    rows ``idx`` (repeats allowed).  ``nx[i] = |x_i|^2`` for every row of ``X``
-    (:func:`row_sqnorms`).  ``blk`` is the loss's block function for ``dphi``
-    (``blk(m, y, out, work, bits, dphi)`` sets ``out[i] = dphi(m[i], y[i])``;
-    :data:`scalar_block` for a loss without one).  Returns ``(sum,
-    n_clipped)``.  Each term has norm at most ``clip`` whatever the data (a
-    non-finite norm drops the term and counts as clipped): this is where the
-    O1 sensitivity is enforced.
-
-    Rows are staged (:data:`STAGE`): margins of a stage 4 rows at a time, the
-    stage's loss derivatives in one block call, clip factors, then the
-    accumulation 4 rows at a time while the rows are in cache; rows a few
-    positions ahead are prefetched (gathers, and short rows).
-    """
-    n = X.shape[0]
-    d = X.shape[1]
-    b = n if full else idx.shape[0]
-    nc = n_chunks(b)
-    step = (b + nc - 1) // nc
-    st = _stage_rows(d)
-    part = np.zeros((nc, d))
-    coef = np.zeros(nc)  # sum of clip factors (multiplies r)
-    ncl = np.zeros(nc, dtype=np.int64)
-    scr = np.empty((nc, 6, st))
-    iscr = np.empty((nc, 2, st), dtype=np.int64)
-    has_r = _any_nonzero(r)
-    rr = 0.0
-    for j in range(d):
-        rr += r[j] * r[j]
-    clip2 = clip * clip
-    pf = _prefetch_distance(d, full)
-    for c in prange(nc):
-        lo = c * step
-        hi = min(b, lo + step)
-        cs, k = _grad_chunk(X, y, nx, idx, full, w, r, rr, has_r, dphi, blk, clip, clip2, pf, lo, hi, part[c],
-                            scr[c], iscr[c], st)
-        coef[c] = cs
-        ncl[c] = k
-    return _reduce_parts(part, coef, ncl, r, has_r)
-
-
-def _diff_chunk(X, y, nx, idx, full, w, wp, dr, rr, has_r, dphi, blk, clip, clip2, pf, lo, hi, acc, scr, iscr, st):
-    """Rows ``lo..hi`` of the batch into ``acc`` (:func:`_grad_chunk` for the
-    difference ``(a - a') x + dr``: both margins in one pass, the block
-    derivative at each point)."""
+def _chunk(X, y, nx, idx, full, w, wp, two, r, rr, has_r, dphi, blk, clip, clip2, pf, lo, hi, acc, scr, iscr, st):
+    """Rows ``lo..hi`` of the batch into ``acc``, a stage of ``st`` rows at a
+    time: margins, the loss's block derivative, clip factors, accumulation.
+    ``two`` False: terms ``dphi(<x,w>) x + r`` (O1); True: ``(dphi(<x,w>) -
+    dphi(<x,wp>)) x + r`` with ``r`` the difference of the psi gradients (O2:
+    both margins in one pass over the row).  ``<x, r>`` is a second pass over
+    the cached rows, only when ``has_r``.  ``scr`` is a (6, st) float scratch,
+    ``iscr`` a (2, st) int64 one.  Returns (sum of clip factors, number
+    clipped).  One chunk of :func:`_clipped_sum` (a
+    separate function so numba's parallel passes see a small loop body; one
+    for both, so it compiles once: the O1/O2 branch is per stage)."""
     ek = _err_coef(X.shape[1])
     mv = scr[0]
     nv = scr[1]
@@ -466,31 +376,62 @@ def _diff_chunk(X, y, nx, idx, full, w, wp, dr, rr, has_r, dphi, blk, clip, clip
         s1 = min(hi, s0 + st)
         nb = s1 - s0
         _stage_index(idx, full, s0, s1, ib)
-        _margins2(X, w, wp, ib, nb, pf, mv, nv)
+        if two:
+            _margins2(X, w, wp, ib, nb, pf, mv, nv)
+        else:
+            _margins(X, w, ib, nb, pf, mv)
         if has_r:
-            _margins(X, dr, ib, nb, 0, pv)
+            _margins(X, r, ib, nb, pf, pv)
         for u in range(nb):
             yv[u] = y[ib[u]]
         blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bits[:nb], dphi)
-        blk(nv[:nb], yv[:nb], mv[:nb], cv[:nb], bits[:nb], dphi)
-        for u in range(nb):
-            av[u] = av[u] - mv[u]
-        c, kk = _stage_scales(nx, ib, nb, rr, has_r, ek, clip, clip2, av, pv, cv)
+        if two:
+            blk(nv[:nb], yv[:nb], mv[:nb], cv[:nb], bits[:nb], dphi)
+            for u in range(nb):
+                av[u] = av[u] - mv[u]
+        c, kk = _stage_finish(X, nx, ib, nb, rr, has_r, ek, clip, clip2, av, pv, cv, acc)
         cs += c
         k += kk
-        _stage_accumulate(X, ib, nb, cv, pv, acc)
         s0 = s1
     return cs, k
 
 
-def _diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, blk, clip):
-    """Sum over the batch of the clipped per-sample gradient difference
-    ``D_i = grad f(w; z_i) - grad f(wp; z_i) = (a_i - a'_i) x_i + (r - rp)``
-    (``a_i = dphi(<x_i,w>, y_i)``, ``a'_i = dphi(<x_i,wp>, y_i)``), each scaled
-    by ``min(1, clip/|D_i|)``; batch, ``nx``, ``blk`` and staging as
-    :func:`_grad_sum`.  For a linear-model loss ``D_i`` is a scalar times
-    ``x_i`` plus a constant, so ``X`` is read once from memory.  Returns
-    ``(sum, n_clipped)``; each term's norm is at most ``clip``.
+def _prefetch_distance(d, full):
+    """Rows ahead that the margins pass prefetches: :func:`_ahead` for gathers
+    and short rows, none for long rows read in order (the hardware prefetcher
+    keeps up with them)."""
+    if full and d >= SHORT_ROW:
+        return 0
+    return _ahead(d)
+
+
+def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
+    """The clipped per-record sums of the algorithms' two oracles, O1 and O2:
+
+    * ``two`` False (O1): the sum over the batch of ``min(1, clip/|g_i|) g_i``
+      with ``g_i = dphi(<x_i,w>, y_i) x_i + r`` (``r`` = gradient of the
+      data-independent term psi at w; ``wp``, ``rp`` unused);
+    * ``two`` True (O2): the same for the per-record gradient difference
+      ``D_i = grad f(w; z_i) - grad f(wp; z_i) = (a_i - a'_i) x_i + (r - rp)``
+      (``a_i = dphi(<x_i,w>, y_i)``, ``a'_i = dphi(<x_i,wp>, y_i)``); for a
+      linear-model loss ``D_i`` is a scalar times ``x_i`` plus a constant, so
+      ``X`` is read once from memory.
+
+    The batch is all rows ``0..n-1`` when ``full`` (``idx`` ignored), else the
+    rows ``idx`` (repeats allowed).  ``nx[i] = |x_i|^2`` for every row of ``X``
+    (:func:`row_sqnorms`).  ``blk`` is the loss's block function for ``dphi``
+    (``blk(m, y, out, work, bits, dphi)`` sets ``out[i] = dphi(m[i], y[i])``;
+    :func:`scalar_block_fn` for a loss without one).  Returns ``(sum,
+    n_clipped)``.  Each term has norm at most ``clip`` whatever the data (a
+    non-finite norm drops the term and counts as clipped): this is where the
+    O1 and O2 sensitivities are enforced.
+
+    Rows are staged (:data:`STAGE`): margins of a stage 4 rows at a time, the
+    stage's loss derivatives in one block call, clip factors, then the
+    accumulation 4 rows at a time while the rows are in cache; rows a few
+    positions ahead are prefetched (gathers, and short rows).  One kernel for
+    both oracles, so it compiles once (the O1/O2 branch is per stage; the
+    Python names :data:`grad_sum` and :data:`diff_sum` call it).
     """
     n = X.shape[0]
     d = X.shape[1]
@@ -499,14 +440,14 @@ def _diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, blk, clip):
     step = (b + nc - 1) // nc
     st = _stage_rows(d)
     part = np.zeros((nc, d))
-    coef = np.zeros(nc)
+    coef = np.zeros(nc)  # sum of clip factors (multiplies r)
     ncl = np.zeros(nc, dtype=np.int64)
     scr = np.empty((nc, 6, st))
     iscr = np.empty((nc, 2, st), dtype=np.int64)
     dr = np.empty(d)
     rr = 0.0
     for j in range(d):
-        dr[j] = r[j] - rp[j]
+        dr[j] = r[j] - rp[j] if two else r[j]
         rr += dr[j] * dr[j]
     has_r = _any_nonzero(dr)
     clip2 = clip * clip
@@ -514,8 +455,8 @@ def _diff_sum(X, y, nx, idx, full, w, wp, r, rp, dphi, blk, clip):
     for c in prange(nc):
         lo = c * step
         hi = min(b, lo + step)
-        cs, k = _diff_chunk(X, y, nx, idx, full, w, wp, dr, rr, has_r, dphi, blk, clip, clip2, pf, lo, hi, part[c],
-                            scr[c], iscr[c], st)
+        cs, k = _chunk(X, y, nx, idx, full, w, wp, two, dr, rr, has_r, dphi, blk, clip, clip2, pf, lo, hi, part[c],
+                       scr[c], iscr[c], st)
         coef[c] = cs
         ncl[c] = k
     return _reduce_parts(part, coef, ncl, dr, has_r)
@@ -669,8 +610,8 @@ def _clipped_hessian_sum(X, y, idx, w, d2phi, clip):
     return out, nclip
 
 
-_GRAD_SIG = types.Tuple((Vec, i8))(Mat, Vec, Vec, Idx, types.boolean, Vec, Vec, ScalarFn, BlockFn, f8)
-_DIFF_SIG = types.Tuple((Vec, i8))(Mat, Vec, Vec, Idx, types.boolean, Vec, Vec, Vec, Vec, ScalarFn, BlockFn, f8)
+_SUM_SIG = types.Tuple((Vec, i8))(Mat, Vec, Vec, Idx, types.boolean, Vec, Vec, types.boolean, Vec, Vec, ScalarFn,
+                                   BlockFn, f8)
 _PHI_SIG = f8(Mat, Vec, Idx, Vec, ScalarFn)
 _HVP_SIG = Vec(Mat, Vec, Idx, Vec, Vec, ScalarFn)
 _HESS_SIG = types.Tuple((types.Array(f8, 2, "C"), i8))(Mat, Vec, Idx, Vec, ScalarFn, f8)
@@ -685,15 +626,11 @@ _any_nonzero = jit_inline(_any_nonzero)
 _stage_index = jit_inline(_stage_index)
 _margins = jit_inline(_margins)
 _margins2 = jit_inline(_margins2)
-_stage_scales = jit_inline(_stage_scales)
 _accumulate_kept = jit_inline(_accumulate_kept)
-_stage_accumulate = jit_inline(_stage_accumulate)
+_stage_finish = jit_inline(_stage_finish)
 _prefetch_distance = jit_inline(_prefetch_distance)
-_grad_chunk = jit_inline(_grad_chunk)
-_diff_chunk = jit_inline(_diff_chunk)
+_chunk = jit_inline(_chunk)
 _reduce_parts = jit_inline(_reduce_parts)
-#: the block function of a loss that has none (loops over its scalar function)
-scalar_block = config.jit_block(BLOCK_SIG)(_scalar_block)
 
 
 class Kernel:
@@ -818,13 +755,72 @@ def block_ref(dispatcher):
     return FunctionRef(dispatcher, BLOCK_SIG)
 
 
-#: the two hot kernels (see :func:`_grad_sum`, :func:`_diff_sum`)
-grad_sum = Kernel(_GRAD_SIG, _grad_sum)
-diff_sum = Kernel(_DIFF_SIG, _diff_sum)
+class OracleSum:
+    """``grad_sum`` (O1) and ``diff_sum`` (O2): the two calls of one clipped-sum
+    :class:`Kernel` (:func:`_clipped_sum`), with their own argument lists
+
+    * O1: ``(X, y, nx, idx, full, w, r, dphi, blk, clip)``
+    * O2: ``(X, y, nx, idx, full, w, wp, r, rp, dphi, blk, clip)``
+
+    (CSR kernels: ``data, indices, indptr`` in place of ``X``).  Calling,
+    :meth:`fast`, :meth:`pick`, :attr:`serial` and :attr:`parallel` behave as
+    the kernel's with these arguments; :class:`dpreg.problem.Problem` calls
+    the kernel itself."""
+
+    def __init__(self, kernel: "Kernel", two: bool, lead: int):
+        self.kernel, self.two, self.lead = kernel, two, lead
+
+    def _args(self, a):
+        k = self.lead + 4  # data arrays, y, nx, idx, full
+        if self.two:
+            return (*a[:k], a[k], a[k + 1], True, *a[k + 2:])
+        return (*a[:k], a[k], a[k], False, a[k + 1], a[k + 1], *a[k + 2:])
+
+    def _wrap(self, f):
+        return lambda *a: f(*self._args(a))
+
+    def __call__(self, *a):
+        return self.kernel(*self._args(a))
+
+    def fast(self, parallel: bool):
+        return self._wrap(self.kernel.fast(parallel))
+
+    def pick(self, want_parallel: bool):
+        return self._wrap(self.kernel.pick(want_parallel))
+
+    @property
+    def serial(self):
+        return self._wrap(self.kernel.serial)
+
+    @property
+    def parallel(self):
+        return self._wrap(self.kernel.parallel)
+
+    def __getattr__(self, name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self.kernel, name)
+
+
+#: the clipped sums of both oracles (see :func:`_clipped_sum`), and their O1/O2 calls
+clipped_sum = Kernel(_SUM_SIG, _clipped_sum)
+grad_sum = OracleSum(clipped_sum, False, 1)
+diff_sum = OracleSum(clipped_sum, True, 1)
 row_sqnorms = Kernel(Vec(Mat), _row_sqnorms)
 phi_sum = Kernel(_PHI_SIG, _phi_sum)
 hvp_sum = Kernel(_HVP_SIG, _hvp_sum)
 clipped_hessian_sum = Kernel(_HESS_SIG, _clipped_hessian_sum)
+
+
+_SCALAR_BLOCK: list = []
+
+
+def scalar_block_fn():
+    """The block function of a loss that has none (loops over its scalar
+    function), compiled on first use."""
+    if not _SCALAR_BLOCK:
+        _SCALAR_BLOCK.append(config.jit_loss_fn(BLOCK_SIG)(_scalar_block))
+    return _SCALAR_BLOCK[0]
 
 
 def hessian_sum(X, y, idx, w, d2phi):
@@ -837,10 +833,10 @@ def clipped_grad_sum(X, y, idx, w, r, dphi, clip, nx=None, blk=None):
     """(sum over rows ``idx`` of per-record gradients clipped to norm ``clip``,
     n_clipped) - the original entry point; :func:`grad_sum` with ``full=False``.
     ``nx`` (:func:`row_sqnorms` of X) is computed when not given; ``blk`` is
-    the loss's block function (default :data:`scalar_block`)."""
+    the loss's block function (default :func:`scalar_block_fn`)."""
     if nx is None:
         nx = row_sqnorms(X)
-    return grad_sum(X, y, nx, idx, False, w, r, dphi, scalar_block if blk is None else blk, clip)
+    return grad_sum(X, y, nx, idx, False, w, r, dphi, scalar_block_fn() if blk is None else blk, clip)
 
 
 def clipped_diff_sum(X, y, idx, w, wp, r, rp, dphi, clip, nx=None, blk=None):
@@ -849,4 +845,4 @@ def clipped_diff_sum(X, y, idx, w, wp, r, rp, dphi, clip, nx=None, blk=None):
     ``full=False``."""
     if nx is None:
         nx = row_sqnorms(X)
-    return diff_sum(X, y, nx, idx, False, w, wp, r, rp, dphi, scalar_block if blk is None else blk, clip)
+    return diff_sum(X, y, nx, idx, False, w, wp, r, rp, dphi, scalar_block_fn() if blk is None else blk, clip)

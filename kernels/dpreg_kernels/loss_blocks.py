@@ -13,6 +13,8 @@ each against its scalar form.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from .vmath import exp_nonpos
 
 
@@ -39,3 +41,32 @@ def sigmoid_dphi(m, y, out, work, bits, dphi):
         e = out[i]
         u = 1.0 + e
         out[i] = -y[i] * (e / (u * u))
+
+
+# Compiled psi gradients ``f(w, params, out)`` (LinearModelLoss.psi_grad_kernel;
+# dpreg_kernels.sgd.PSI_SIG) of the built-in losses with a data-independent
+# term, for the many-step kernels; ``params`` is the loss's psi_params().
+# ``tests/test_contracts.py`` checks each against the loss's numpy psi_grad.
+def nonconvex_reg_psi_grad(w, params, out):
+    """``lam 2 w / (1 + w^2)^2`` coordinate-wise (lam = params[0])."""
+    lam = params[0]
+    for j in range(w.shape[0]):
+        u = 1.0 + w[j] * w[j]
+        out[j] = lam * 2.0 * w[j] / (u * u)
+
+
+def l2_psi_grad(w, params, out):
+    """``lam w`` (lam = params[0])."""
+    lam = params[0]
+    for j in range(w.shape[0]):
+        out[j] = lam * w[j]
+
+
+def lowy_psi_grad(w, params, out):
+    """``w (1 + cos |w|^2)``: the gradient of 1/2 (|w|^2 + sin |w|^2)."""
+    s = 0.0
+    for j in range(w.shape[0]):
+        s += w[j] * w[j]
+    c = 1.0 + np.cos(s)
+    for j in range(w.shape[0]):
+        out[j] = w[j] * c

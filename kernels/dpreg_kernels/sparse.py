@@ -32,8 +32,8 @@ import numpy as np
 from numba import prange, types
 
 from .config import jit_inline
-from .linear_model import (STAGE, _BOUND_FLOOR, BlockFn, Idx, Kernel, ScalarFn, Vec, _any_nonzero, _err_coef, _over,
-                           _reduce_parts, _scale, _stage_index, f8, i8, n_chunks)
+from .linear_model import (STAGE, _BOUND_FLOOR, BlockFn, Idx, Kernel, OracleSum, ScalarFn, Vec, _any_nonzero, _err_coef,
+                           _over, _reduce_parts, _scale, _stage_index, f8, i8, n_chunks)
 
 
 def _csr_chunks(indptr, idx, full, b, d):
@@ -164,38 +164,11 @@ def _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rr, has_r
     return cs, k
 
 
-def _csr_grad_sum(data, indices, indptr, y, nx, idx, full, w, r, dphi, blk, clip):
-    """Sum over the batch of ``min(1, clip/|g_i|) g_i``, ``g_i = dphi(<x_i,w>, y_i) x_i + r``
-    (clip factor from the module docstring's norm; ``blk`` the loss's block
-    function, rows staged as in the dense kernels); ``(sum, n_clipped)``."""
-    n = indptr.shape[0] - 1
-    d = w.shape[0]
-    b = n if full else idx.shape[0]
-    nc = _csr_chunks(indptr, idx, full, b, d)
-    step = (b + nc - 1) // nc
-    part = np.zeros((nc, d))
-    coef = np.zeros(nc)
-    ncl = np.zeros(nc, dtype=np.int64)
-    scr = np.empty((nc, 6, STAGE))
-    iscr = np.empty((nc, 2, STAGE), dtype=np.int64)
-    has_r = _any_nonzero(r)
-    rr = 0.0
-    for j in range(d):
-        rr += r[j] * r[j]
-    ek = _err_coef(d)
-    for c in prange(nc):
-        lo = c * step
-        cs, k = _csr_chunk(data, indices, indptr, y, nx, idx, full, w, w, False, r, rr, has_r, ek, dphi, blk, clip,
-                           clip * clip, lo, min(b, lo + step), b, part[c], scr[c], iscr[c])
-        coef[c] = cs
-        ncl[c] = k
-    return _reduce_parts(part, coef, ncl, r, has_r)
-
-
-def _csr_diff_sum(data, indices, indptr, y, nx, idx, full, w, wp, r, rp, dphi, blk, clip):
-    """Sum over the batch of the clipped per-record gradient difference
-    ``(a_i - a'_i) x_i + (r - rp)`` (see :func:`dpreg_kernels.linear_model._diff_sum`);
-    ``(sum, n_clipped)``."""
+def _csr_clipped_sum(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
+    """:func:`dpreg_kernels.linear_model._clipped_sum` on CSR rows: O1 (``two``
+    False: terms ``dphi(<x_i,w>, y_i) x_i + r``) or O2 (``two`` True: the
+    per-record gradient differences ``(a_i - a'_i) x_i + (r - rp)``), each
+    clipped by the module docstring's norm; ``(sum, n_clipped)``."""
     n = indptr.shape[0] - 1
     d = w.shape[0]
     b = n if full else idx.shape[0]
@@ -209,13 +182,13 @@ def _csr_diff_sum(data, indices, indptr, y, nx, idx, full, w, wp, r, rp, dphi, b
     dr = np.empty(d)
     rr = 0.0
     for j in range(d):
-        dr[j] = r[j] - rp[j]
+        dr[j] = r[j] - rp[j] if two else r[j]
         rr += dr[j] * dr[j]
     has_r = _any_nonzero(dr)
     ek = _err_coef(d)
     for c in prange(nc):
         lo = c * step
-        cs, k = _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, True, dr, rr, has_r, ek, dphi, blk, clip,
+        cs, k = _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, dr, rr, has_r, ek, dphi, blk, clip,
                            clip * clip, lo, min(b, lo + step), b, part[c], scr[c], iscr[c])
         coef[c] = cs
         ncl[c] = k
@@ -335,10 +308,11 @@ _csr_margins2 = jit_inline(_csr_margins2)
 _csr_stage_scales = jit_inline(_csr_stage_scales)
 _csr_stage_accumulate = jit_inline(_csr_stage_accumulate)
 _csr_chunk = jit_inline(_csr_chunk)
-grad_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, ScalarFn, BlockFn, f8),
-                  _csr_grad_sum)
-diff_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, Vec, Vec, ScalarFn, BlockFn,
-                                         f8), _csr_diff_sum)
+#: the clipped sums of both oracles on CSR rows, and their O1/O2 calls (see OracleSum)
+clipped_sum = Kernel(types.Tuple((Vec, i8))(*_CSR, Vec, Vec, Idx, types.boolean, Vec, Vec, types.boolean, Vec, Vec,
+                                            ScalarFn, BlockFn, f8), _csr_clipped_sum)
+grad_sum = OracleSum(clipped_sum, False, 3)
+diff_sum = OracleSum(clipped_sum, True, 3)
 row_sqnorms = Kernel(Vec(Vec, Idx), _csr_row_sqnorms)
 phi_sum = Kernel(f8(*_CSR, Vec, Idx, Vec, ScalarFn), _csr_phi_sum)
 hvp_sum = Kernel(Vec(*_CSR, Vec, Idx, Vec, Vec, ScalarFn), _csr_hvp_sum)

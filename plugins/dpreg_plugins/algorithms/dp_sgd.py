@@ -24,6 +24,11 @@ from dpreg.trajectory import OutputChoice, Trajectory
 from .dp_gd import COMMON, NOISE_MULTIPLIER, plan_noise, resolve_common
 
 
+#: steps per compiled call when the problem runs many steps at once
+#: (Problem.sgd_steps): 256 steps of noise is 256 x d floats; the progress bar
+#: moves once per call
+STEPS_PER_CALL = 256
+
 #: dp-sgd's step size: half the full-batch default of COMMON
 STEP = ParamSpec("step", "float", None, "step size eta (--param step; Opacus' lr)",
                  "eta = 1/(2M) (M: declared smoothness): practical default, chosen on breast-cancer's "
@@ -132,14 +137,30 @@ class DPSGD(Algorithm):
         # charged at once, before the first one (a per-step charge cost ~70 us,
         # more than a step's work); the accountant refuses here if they do not fit
         self.accountant.charge(plan_event(z), None, label=f"dp-sgd: {T} steps, charged before the first")
-        for t in range(1, T + 1):
-            idx, _ = access.poisson(q)
-            s, _ = pb.clipped_grad_sum(w, idx, clip) if len(idx) else (np.zeros(pb.d), 0)
-            g = (s + noise_rng.standard_normal(pb.d) * (z * factor * clip)) / b
-            w = project(w - step * g, radius)
-            output.see(t, w)
-            traj.log(t, w, noisy_grad_norm=np.linalg.norm(g), batch=len(idx))
-            self.progress(t, T)
+        sd = z * factor * clip
+        if q < 1.0 and getattr(pb, "sgd_steps_available", None) and pb.sgd_steps_available(b):
+            # the same steps, STEPS_PER_CALL at a time in one compiled call: batches and noise
+            # drawn first, from the same secret generators (dpreg_kernels.sgd)
+            t = 0
+            while t < T:
+                k = min(STEPS_PER_CALL, T - t)
+                rows, offsets, _ = access.poisson_many(q, k)
+                noise = noise_rng.standard_normal((k, pb.d))
+                w, W, gn = pb.sgd_steps(w, rows, offsets, noise, noise_std=sd, step=step, denom=b, radius=radius,
+                                        clip=clip)
+                output.see_many(t + 1, W)
+                traj.log_many(t + 1, W, noisy_grad_norm=gn, batch=np.diff(offsets))
+                t += k
+                self.progress(t, T)
+        else:
+            for t in range(1, T + 1):
+                idx, _ = access.poisson(q)
+                s, _ = pb.clipped_grad_sum(w, idx, clip) if len(idx) else (np.zeros(pb.d), 0)
+                g = (s + noise_rng.standard_normal(pb.d) * sd) / b
+                w = project(w - step * g, radius)
+                output.see(t, w)
+                traj.log(t, w, noisy_grad_norm=np.linalg.norm(g), batch=len(idx))
+                self.progress(t, T)
         out = output.result(w)
         traj.finish(T, w)
         return RunOutput(out, T, access.used, access.used, traj.series,

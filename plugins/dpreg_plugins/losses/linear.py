@@ -159,6 +159,10 @@ class LogisticNonconvexReg(Logistic):
 
     name = "logistic-nonconvex-reg"
     lam = 1e-3
+    psi_grad_kernel = "dpreg_kernels.loss_blocks:nonconvex_reg_psi_grad"
+
+    def psi_params(self):
+        return np.array([self.lam])
 
     def constants(self, d):
         return 1.0 + 0.6495 * self.lam * math.sqrt(d), SIG1 + 2 * self.lam, SIG2 + 4.5 * self.lam
@@ -184,6 +188,10 @@ class SigmoidL2(Sigmoid):
 
     name = "sigmoid-l2"
     lam = 1e-3
+    psi_grad_kernel = "dpreg_kernels.loss_blocks:l2_psi_grad"
+
+    def psi_params(self):
+        return np.array([self.lam])
 
     def constants(self, d):
         return SIG1 + 10 * self.lam, SIG2 + self.lam, SIG3
@@ -215,6 +223,7 @@ class LowySynthetic(LinearModelLoss):
     labels = "ignored"
     radius = 2.0
     classifier = False
+    psi_grad_kernel = "dpreg_kernels.loss_blocks:lowy_psi_grad"
     phi = staticmethod(linear_phi)
     dphi = staticmethod(linear_dphi)
     d2phi = staticmethod(linear_d2phi)
