@@ -8,14 +8,16 @@ loss).  Its per-sample gradient is ``a(m, y) x + r`` with ``a = dphi/dm`` and
 from two dot products per row (``<x,w>``, ``<x,r>``), the squared row norm
 ``|x|^2`` (computed once per data set by :func:`row_sqnorms`: O(n) memory) and
 one scalar call.  The loss supplies ``phi``, ``dphi`` and ``d2phi`` as compiled scalar
-functions with the signature :data:`SCALAR_SIG`; the kernels here take them as
-first-class function arguments, so adding a loss adds no loop and no
-recompilation (the kernels are compiled once, from explicit signatures, and
-cached on disk).
+functions with the signature :data:`SCALAR_SIG`, and optionally a block form of
+``dphi`` (:data:`BLOCK_SIG`: a stage of margins at once, vectorised);  the
+kernels here take them as first-class function arguments, so adding a loss
+adds no loop and no recompilation (the kernels are compiled once, from
+explicit signatures, and cached on disk).
 
 Every kernel
 
-* reads each selected row of ``X`` once, in one fused pass;
+* reads each selected row of ``X`` from memory once (the hot kernels read a
+  stage of rows twice, the second time from cache);
 * splits the selected rows into fixed chunks (:func:`n_chunks`), runs the chunks
   under ``prange`` and keeps one partial sum per chunk, then adds the partials
   serially in chunk order: peak extra memory is O(chunks x d), never (n x d),
@@ -26,11 +28,16 @@ Shapes: ``X`` is ``float64[n, d]`` C-contiguous, ``y`` ``float64[n]``, ``idx``
 ``int64[b]`` row numbers (``arange(n)`` for the full batch, or any array with
 ``full=True`` in the two hot kernels), vectors ``float64[d]``.
 
-The hot kernels are :func:`grad_sum` (O1) and :func:`diff_sum` (O2); measured
-choices (benchmarks/, docs/benchmarks.md): 4-row blocks (sampled 4,096 x 1,000:
-3.4 -> 2.4 ms), precomputed row norms (-13 % at d = 1,000), a separate
-full-batch path, software prefetch for gathers and short rows, fastmath
-without nnan/ninf (1.7x; the overflow guards stay).  float32 is not offered
+The hot kernels are O1 (:data:`grad_sum`) and O2 (:data:`diff_sum`), one
+compiled kernel :func:`_clipped_sum`; measured choices (benchmarks/,
+docs/benchmarks.md): stages of up to 64 rows - margins, the loss's block
+derivative with a vectorised ``exp`` (:mod:`dpreg_kernels.vmath`), clip
+factors, accumulation - (IJCNN1 50k x 23, one thread: 25 -> 12 ns per row for
+O1), 4-row blocks within each pass (sampled 4,096 x 1,000: 3.4 -> 2.4 ms),
+precomputed row norms (-13 % at d = 1,000), software prefetch for gathers and
+short rows, no branch inside a vectorised loop (a zero row selected for
+dropped terms, or a per-row full/gather test, made the loops 4x slower),
+fastmath without nnan/ninf (1.7x; the overflow guards stay).  float32 is not offered
 (issue #4 measured it barely faster).  The thread count is never read inside a kernel (that would
 defeat numba's cache); chunking fixes the result whatever it is.
 """
@@ -439,9 +446,9 @@ def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
     nc = n_chunks(b)
     step = (b + nc - 1) // nc
     st = _stage_rows(d)
-    part = np.zeros((nc, d))
-    coef = np.zeros(nc)  # sum of clip factors (multiplies r)
-    ncl = np.zeros(nc, dtype=np.int64)
+    # per chunk: the partial sum, then its sum of clip factors (multiplies r) and its clip
+    # count (a float: exact below 2^53) - one allocation, fewer allocation types to compile
+    part = np.zeros((nc, d + 2))
     scr = np.empty((nc, 6, st))
     iscr = np.empty((nc, 2, st), dtype=np.int64)
     dr = np.empty(d)
@@ -457,25 +464,25 @@ def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
         hi = min(b, lo + step)
         cs, k = _chunk(X, y, nx, idx, full, w, wp, two, dr, rr, has_r, dphi, blk, clip, clip2, pf, lo, hi, part[c],
                        scr[c], iscr[c], st)
-        coef[c] = cs
-        ncl[c] = k
-    return _reduce_parts(part, coef, ncl, dr, has_r)
+        part[c, d] = cs
+        part[c, d + 1] = k
+    return _reduce_parts(part, d, dr, has_r)
 
 
-def _reduce_parts(part, coef, ncl, r, has_r):
+def _reduce_parts(part, d, r, has_r):
     """``(sum of the chunks' partial sums + (sum of their clip factors) r,
-    total clipped)``, added serially in chunk order (bit-identical for every
-    thread count); ``r`` enters only when ``has_r``."""
+    total clipped)`` from ``part[c] = (partial sum (d), clip factors, clip
+    count)``, added serially in chunk order (bit-identical for every thread
+    count); ``r`` enters only when ``has_r``."""
     nc = part.shape[0]
-    d = part.shape[1]
     out = np.zeros(d)
     tot = 0.0
     nclip = 0
     for c in range(nc):
         for j in range(d):
             out[j] += part[c, j]
-        tot += coef[c]
-        nclip += ncl[c]
+        tot += part[c, d]
+        nclip += np.int64(part[c, d + 1])
     if has_r:
         for j in range(d):
             out[j] += tot * r[j]

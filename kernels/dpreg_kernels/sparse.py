@@ -3,10 +3,12 @@
 ``X`` is given as its CSR arrays ``data`` (float64[nnz]), ``indices``
 (int64[nnz], column numbers, sorted within each row, no duplicates) and
 ``indptr`` (int64[n+1]); everything else (``y``, ``nx``, ``idx``/``full``,
-``w``, ``r``, the loss's scalar functions, return values) is as in the dense
-kernels; chunks as there, but at most one per 4 d non-zeros of the batch.  A row costs O(its non-zeros), never O(d) - except the
-per-chunk accumulators of the gradient kernels, which are d-vectors
-(O(chunks x d) memory, as for dense data).
+``w``, ``r``, the loss's scalar and block functions, return values) is as in
+the dense kernels, and so is the staging (margins of a stage of rows, the
+block derivative, clip factors, accumulation); chunks as there, but at most
+one per 4 d non-zeros of the batch.  A row costs O(its non-zeros), never O(d)
+- except the per-chunk accumulators of the gradient kernels, which are
+d-vectors (O(chunks x d) memory, as for dense data).
 
 Clipping (privacy rule 1) - the per-record norm is computed directly, as a
 sum of squares of the actual term, never by the expanded form
@@ -174,9 +176,7 @@ def _csr_clipped_sum(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rp,
     b = n if full else idx.shape[0]
     nc = _csr_chunks(indptr, idx, full, b, d)
     step = (b + nc - 1) // nc
-    part = np.zeros((nc, d))
-    coef = np.zeros(nc)
-    ncl = np.zeros(nc, dtype=np.int64)
+    part = np.zeros((nc, d + 2))  # partial sum, clip factors, clip count (as in the dense kernel)
     scr = np.empty((nc, 6, STAGE))
     iscr = np.empty((nc, 2, STAGE), dtype=np.int64)
     dr = np.empty(d)
@@ -190,9 +190,9 @@ def _csr_clipped_sum(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rp,
         lo = c * step
         cs, k = _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, dr, rr, has_r, ek, dphi, blk, clip,
                            clip * clip, lo, min(b, lo + step), b, part[c], scr[c], iscr[c])
-        coef[c] = cs
-        ncl[c] = k
-    return _reduce_parts(part, coef, ncl, dr, has_r)
+        part[c, d] = cs
+        part[c, d + 1] = k
+    return _reduce_parts(part, d, dr, has_r)
 
 
 def _csr_row_sqnorms(data, indptr):
