@@ -1,5 +1,8 @@
 """What a scattered (Poisson-sampled) batch costs the CSR O1 kernel, and
-dp-sgd's step loop on a9a - the two numbers behind the CSR prefetch.
+dp-sgd's step loop on a9a - the numbers behind the CSR gather path (its
+software prefetch, added in the third session, was removed in the fifth: in
+the staged kernel, where a stage's rows are independent and the out-of-order
+core overlaps their misses, it cost more than it saved).
 
     python benchmarks/gather_cost.py
 
