@@ -88,12 +88,6 @@ n_chunks = jit_serial(i8(i8))(_n_chunks)
 SHORT_ROW = 128
 
 
-def _ahead(d):
-    """Rows a kernel prefetches ahead of the block it works on: two blocks for
-    short rows, one block for long ones (gather path only)."""
-    return 2 * BLOCK if d < SHORT_ROW else BLOCK
-
-
 def _prefetch_row(xq):
     d = xq.shape[0]
     for j in range(0, d, 8):
@@ -168,37 +162,84 @@ STAGE: int = 64
 STAGE_BYTES: int = 1 << 18
 
 
-def _stage_rows(d):
-    """Rows per stage for rows of ``d`` floats: STAGE, fewer for long rows (a
-    multiple of BLOCK, at least BLOCK)."""
-    s = (STAGE_BYTES // (8 * max(d, 1))) // BLOCK * BLOCK
-    if s > STAGE:
-        s = STAGE
-    if s < BLOCK:
-        s = BLOCK
-    return s
+def _psi_term(r, rp, two):
+    """The data-independent part of the clipped terms: ``dr = r - rp`` (O2,
+    ``two``) or ``r`` (O1), its squared norm, and whether it is non-zero in
+    some coordinate (exactly: a ``dr`` that is 0 in every coordinate
+    contributes nothing, so its dot products are skipped)."""
+    d = r.shape[0]
+    dr = np.empty(d)
+    rr = 0.0
+    nonzero = False
+    for j in range(d):
+        v = r[j] - rp[j] if two else r[j]
+        dr[j] = v
+        rr += v * v
+        if v != 0.0:
+            nonzero = True
+    return dr, rr, nonzero
 
 
-def _any_nonzero(r):
-    """Whether some ``r[j] != 0`` (exactly: an ``r`` that is 0 in every
-    coordinate contributes nothing, so its dot products are skipped)."""
-    for j in range(r.shape[0]):
-        if r[j] != 0.0:
-            return True
-    return False
-
-
-def _stage_index(idx, full, s0, s1, ib):
-    """``ib[u]`` = row number of batch position ``s0 + u < s1``: the stage's rows
-    as one index array, so the passes below have no full/gather branch
-    (a runtime branch there kept LLVM from vectorising their inner loops)."""
-    for t in range(s0, s1):
-        ib[t - s0] = t if full else idx[t]
-
-
-def _margins(X, w, ib, nb, pf, mv):
-    """``mv[u] = <x_ib[u], w>`` for ``u < nb``, 4 rows per pass over ``d``;
-    rows ``pf`` positions ahead are prefetched (``pf = 0``: none)."""
+def _margins(X, w, wp, two, ib, nb, pf, mv, nv):
+    """``mv[u] = <x_ib[u], w>`` for ``u < nb`` and, when ``two`` (the O2
+    kernel), ``nv[u] = <x_ib[u], wp>`` in the same pass over the row; 4 rows
+    per pass over ``d``; rows ``pf`` positions ahead are prefetched (``pf =
+    0``: none).  One function for both forms: it compiles once."""
+    if two:
+        d = X.shape[1]
+        u = 0
+        while u + BLOCK <= nb:
+            if pf > 0 and u + pf + BLOCK <= nb:
+                for q in range(u + pf, u + pf + BLOCK):
+                    _prefetch_row(X[ib[q]])
+            x0 = X[ib[u]]
+            x1 = X[ib[u + 1]]
+            x2 = X[ib[u + 2]]
+            x3 = X[ib[u + 3]]
+            m0 = 0.0
+            m1 = 0.0
+            m2 = 0.0
+            m3 = 0.0
+            n0 = 0.0
+            n1 = 0.0
+            n2 = 0.0
+            n3 = 0.0
+            for j in range(d):
+                wj = w[j]
+                uj = wp[j]
+                v0 = x0[j]
+                v1 = x1[j]
+                v2 = x2[j]
+                v3 = x3[j]
+                m0 += v0 * wj
+                m1 += v1 * wj
+                m2 += v2 * wj
+                m3 += v3 * wj
+                n0 += v0 * uj
+                n1 += v1 * uj
+                n2 += v2 * uj
+                n3 += v3 * uj
+            mv[u] = m0
+            mv[u + 1] = m1
+            mv[u + 2] = m2
+            mv[u + 3] = m3
+            nv[u] = n0
+            nv[u + 1] = n1
+            nv[u + 2] = n2
+            nv[u + 3] = n3
+            u += BLOCK
+        while u < nb:
+            xi = X[ib[u]]
+            m = 0.0
+            mp = 0.0
+            for j in range(d):
+                v = xi[j]
+                m += v * w[j]
+                mp += v * wp[j]
+            mv[u] = m
+            nv[u] = mp
+            u += 1
+        return
     d = X.shape[1]
     u = 0
     while u + BLOCK <= nb:
@@ -230,64 +271,6 @@ def _margins(X, w, ib, nb, pf, mv):
         for j in range(d):
             m += xi[j] * w[j]
         mv[u] = m
-        u += 1
-
-
-def _margins2(X, w, wp, ib, nb, pf, mv, nv):
-    """:func:`_margins` at two points in one pass: ``mv[u] = <x, w>``,
-    ``nv[u] = <x, wp>`` (the O2 kernel)."""
-    d = X.shape[1]
-    u = 0
-    while u + BLOCK <= nb:
-        if pf > 0 and u + pf + BLOCK <= nb:
-            for q in range(u + pf, u + pf + BLOCK):
-                _prefetch_row(X[ib[q]])
-        x0 = X[ib[u]]
-        x1 = X[ib[u + 1]]
-        x2 = X[ib[u + 2]]
-        x3 = X[ib[u + 3]]
-        m0 = 0.0
-        m1 = 0.0
-        m2 = 0.0
-        m3 = 0.0
-        n0 = 0.0
-        n1 = 0.0
-        n2 = 0.0
-        n3 = 0.0
-        for j in range(d):
-            wj = w[j]
-            uj = wp[j]
-            v0 = x0[j]
-            v1 = x1[j]
-            v2 = x2[j]
-            v3 = x3[j]
-            m0 += v0 * wj
-            m1 += v1 * wj
-            m2 += v2 * wj
-            m3 += v3 * wj
-            n0 += v0 * uj
-            n1 += v1 * uj
-            n2 += v2 * uj
-            n3 += v3 * uj
-        mv[u] = m0
-        mv[u + 1] = m1
-        mv[u + 2] = m2
-        mv[u + 3] = m3
-        nv[u] = n0
-        nv[u + 1] = n1
-        nv[u + 2] = n2
-        nv[u + 3] = n3
-        u += BLOCK
-    while u < nb:
-        xi = X[ib[u]]
-        m = 0.0
-        mp = 0.0
-        for j in range(d):
-            v = xi[j]
-            m += v * w[j]
-            mp += v * wp[j]
-        mv[u] = m
-        nv[u] = mp
         u += 1
 
 
@@ -368,6 +351,7 @@ def _chunk(X, y, nx, idx, full, w, wp, two, r, rr, has_r, dphi, blk, clip, clip2
     separate function so numba's parallel passes see a small loop body; one
     for both, so it compiles once: the O1/O2 branch is per stage)."""
     ek = _err_coef(X.shape[1])
+    not_two = two and not two  # False, as a variable (a literal would compile _margins twice)
     mv = scr[0]
     nv = scr[1]
     pv = scr[2]
@@ -382,13 +366,11 @@ def _chunk(X, y, nx, idx, full, w, wp, two, r, rr, has_r, dphi, blk, clip, clip2
     while s0 < hi:
         s1 = min(hi, s0 + st)
         nb = s1 - s0
-        _stage_index(idx, full, s0, s1, ib)
-        if two:
-            _margins2(X, w, wp, ib, nb, pf, mv, nv)
-        else:
-            _margins(X, w, ib, nb, pf, mv)
+        for t in range(s0, s1):  # the stage's rows as one index array: no full/gather branch in the passes
+            ib[t - s0] = t if full else idx[t]
+        _margins(X, w, wp, two, ib, nb, pf, mv, nv)
         if has_r:
-            _margins(X, r, ib, nb, pf, pv)
+            _margins(X, r, r, not_two, ib, nb, pf, pv, nv)
         for u in range(nb):
             yv[u] = y[ib[u]]
         blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bits[:nb], dphi)
@@ -401,15 +383,6 @@ def _chunk(X, y, nx, idx, full, w, wp, two, r, rr, has_r, dphi, blk, clip, clip2
         k += kk
         s0 = s1
     return cs, k
-
-
-def _prefetch_distance(d, full):
-    """Rows ahead that the margins pass prefetches: :func:`_ahead` for gathers
-    and short rows, none for long rows read in order (the hardware prefetcher
-    keeps up with them)."""
-    if full and d >= SHORT_ROW:
-        return 0
-    return _ahead(d)
 
 
 def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
@@ -445,20 +418,18 @@ def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
     b = n if full else idx.shape[0]
     nc = n_chunks(b)
     step = (b + nc - 1) // nc
-    st = _stage_rows(d)
+    # rows per stage: STAGE, fewer for long rows (at most STAGE_BYTES of rows, a multiple of BLOCK)
+    st = max(BLOCK, min(STAGE, (STAGE_BYTES // (8 * max(d, 1))) // BLOCK * BLOCK))
+    # rows ahead that the margins pass prefetches: gathers and short rows (long rows read in
+    # order: the hardware prefetcher keeps up with them)
+    pf = 0 if (full and d >= SHORT_ROW) else (2 * BLOCK if d < SHORT_ROW else BLOCK)
     # per chunk: the partial sum, then its sum of clip factors (multiplies r) and its clip
     # count (a float: exact below 2^53) - one allocation, fewer allocation types to compile
     part = np.zeros((nc, d + 2))
     scr = np.empty((nc, 6, st))
     iscr = np.empty((nc, 2, st), dtype=np.int64)
-    dr = np.empty(d)
-    rr = 0.0
-    for j in range(d):
-        dr[j] = r[j] - rp[j] if two else r[j]
-        rr += dr[j] * dr[j]
-    has_r = _any_nonzero(dr)
+    dr, rr, has_r = _psi_term(r, rp, two)
     clip2 = clip * clip
-    pf = _prefetch_distance(d, full)
     for c in prange(nc):
         lo = c * step
         hi = min(b, lo + step)
@@ -623,19 +594,14 @@ _PHI_SIG = f8(Mat, Vec, Idx, Vec, ScalarFn)
 _HVP_SIG = Vec(Mat, Vec, Idx, Vec, Vec, ScalarFn)
 _HESS_SIG = types.Tuple((types.Array(f8, 2, "C"), i8))(Mat, Vec, Idx, Vec, ScalarFn, f8)
 
-_ahead = jit_inline(_ahead)
 _prefetch_row = jit_inline(_prefetch_row)
 _err_coef = jit_inline(_err_coef)
 _scale = jit_inline(_scale)
 _over = jit_inline(_over)
-_stage_rows = jit_inline(_stage_rows)
-_any_nonzero = jit_inline(_any_nonzero)
-_stage_index = jit_inline(_stage_index)
+_psi_term = jit_inline(_psi_term)
 _margins = jit_inline(_margins)
-_margins2 = jit_inline(_margins2)
 _accumulate_kept = jit_inline(_accumulate_kept)
 _stage_finish = jit_inline(_stage_finish)
-_prefetch_distance = jit_inline(_prefetch_distance)
 _chunk = jit_inline(_chunk)
 _reduce_parts = jit_inline(_reduce_parts)
 

@@ -34,8 +34,8 @@ import numpy as np
 from numba import prange, types
 
 from .config import jit_inline
-from .linear_model import (STAGE, _BOUND_FLOOR, BlockFn, Idx, Kernel, OracleSum, ScalarFn, Vec, _any_nonzero, _err_coef,
-                           _over, _reduce_parts, _scale, _stage_index, f8, i8, n_chunks)
+from .linear_model import (STAGE, _BOUND_FLOOR, BlockFn, Idx, Kernel, OracleSum, ScalarFn, Vec, _err_coef, _over,
+                           _psi_term, _reduce_parts, _scale, f8, i8, n_chunks)
 
 
 def _csr_chunks(indptr, idx, full, b, d):
@@ -148,7 +148,8 @@ def _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rr, has_r
     while s0 < hi:
         s1 = min(hi, s0 + STAGE)
         nb = s1 - s0
-        _stage_index(idx, full, s0, s1, ib)
+        for t in range(s0, s1):
+            ib[t - s0] = t if full else idx[t]
         if two:
             _csr_margins2(data, indices, indptr, y, w, wp, ib, nb, mv, nv, yv)
             blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bt[:nb], dphi)
@@ -179,12 +180,7 @@ def _csr_clipped_sum(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rp,
     part = np.zeros((nc, d + 2))  # partial sum, clip factors, clip count (as in the dense kernel)
     scr = np.empty((nc, 6, STAGE))
     iscr = np.empty((nc, 2, STAGE), dtype=np.int64)
-    dr = np.empty(d)
-    rr = 0.0
-    for j in range(d):
-        dr[j] = r[j] - rp[j] if two else r[j]
-        rr += dr[j] * dr[j]
-    has_r = _any_nonzero(dr)
+    dr, rr, has_r = _psi_term(r, rp, two)
     ek = _err_coef(d)
     for c in prange(nc):
         lo = c * step
