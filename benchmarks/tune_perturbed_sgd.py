@@ -1,9 +1,11 @@
 """The training-data measurements behind perturbed-sgd's (and distributed-spider's)
 practical defaults (issue 12, fifth session): the step eta = 2/M, the practical
-alpha = max{alpha_scale * Thm 2 alpha, floor} with alpha_scale = 5, mu = 3,
-drift_steps = 1 and b2 = its noise floor.
+alpha = max{alpha_scale * Thm 2 alpha, floor} with alpha_scale = 4, mu = 3,
+drift_steps = 1 and b2 = its noise floor.  The former defaults' rules are the cell
+'{"alpha_scale": 1, "step_over_M": 1, "mu": 2, "drift_steps": 2}' (their b2 =
+max{Thm 2 b2, floor} was the floor in every cell measured: see batch2_paper).
 
-Every cell runs ``dpreg.run`` at eps = 1 with research *tuning* seeds, disjoint from
+Every cell runs ``dpreg.run`` at eps = 1 (``--epsilon``) with research *tuning* seeds, disjoint from
 the seeds the targets are reported with (0-2 on IJCNN1, 0-4 on adult), and reports
 only training-data quantities - never a test split:
 
@@ -50,8 +52,11 @@ DATA = {
 }
 
 
+EPS = 1.0
+
+
 def measure(algo, kw, params, s):
-    d = dpreg.run(algo=algo, epsilon=1.0, seed=s, params=params or None, warn=False, **kw)["diagnostics"]
+    d = dpreg.run(algo=algo, epsilon=EPS, seed=s, params=params or None, warn=False, **kw)["diagnostics"]
     m = d["metrics"]
     gap = m["train_loss"] - d["baselines"]["nonprivate_train_loss"]
     return gap, m["train_accuracy"], d["run_info"], d["problem"]["M"], d["usage"]["iterations"]
@@ -76,14 +81,17 @@ def main():
     ap.add_argument("grid", nargs="*", default=["{}"])
     ap.add_argument("--data", default="ijcnn1,adult")
     ap.add_argument("--reference", action="store_true", help="recompute dp-sgd's IJCNN1 gap on the tuning seeds")
+    ap.add_argument("--epsilon", type=float, default=1.0, help="privacy budget of every run (default 1)")
     a = ap.parse_intermixed_args()
+    global EPS
+    EPS = a.epsilon
     warnings.filterwarnings("ignore")
     for name in a.data.split(","):
         spec = DATA[name]
         ref = None
-        if spec["metric"] == "gap" and (a.reference or name != "ijcnn1"):
+        if spec["metric"] == "gap" and (a.reference or name != "ijcnn1" or EPS != 1.0):
             ref = float(np.mean([measure("dp-sgd", spec["kw"], {}, s)[0] for s in spec["seeds"]]))
-            print(f"{name}: dp-sgd reference gap {ref:.5g} (seeds {spec['seeds'].start}-{spec['seeds'].stop - 1})")
+            print(f"{name}, eps = {EPS:g}: dp-sgd reference gap {ref:.5g} (seeds {spec['seeds'].start}-{spec['seeds'].stop - 1})")
         elif spec["metric"] == "gap":
             ref = DPSGD_IJCNN1_GAP
         M = None
@@ -102,7 +110,7 @@ def main():
                         f"[{' '.join(f'{v:.4f}' for v in vals)}]")
             else:
                 head = f"train accuracy {vals.mean():.4f} (min {vals.min():.4f})"
-            print(f"{a.algo} {name} {cell}: {head}; iterations {int(np.mean(its))}, escape tests {tests}; "
+            print(f"{a.algo} {name} eps={EPS:g} {cell}: {head}; iterations {int(np.mean(its))}, escape tests {tests}; "
                   f"{fmt(info)}  [{time.perf_counter() - t:.0f} s]", flush=True)
 
 
