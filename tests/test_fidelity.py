@@ -73,12 +73,13 @@ def test_perturbed_sgd_theory_preset_is_the_literal_theorem(pb):
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_perturbed_sgd_runs_escape_tests_and_records_them(pb, seed):
-    # this problem's gradient stays large for longer than at the defaults' alpha (its records run out
-    # first); a coarser target (o1_budget=8 doubles alpha) lets the noisy gradient reach 3 chi
-    algo, acc = make(PerturbedSGD, pb, GaussianMechanism, seed=seed, o1_budget=8)
+    # the defaults' alpha (alpha_scale x Thm 2's; before it, o1_budget=8 had to double the floor's) lets
+    # the noisy gradient reach 3 chi; max_steps keeps every test within the log's first 50 entries, so
+    # the log accounts for every outcome (a whole pass at eta = 2/M, mu = 3 runs 60-70 tests here)
+    algo, acc = make(PerturbedSGD, pb, GaussianMechanism, seed=seed, max_steps=100)
     out = algo.run()
     i = out.info
-    assert i["escape_tests"] >= 1
+    assert 1 <= i["escape_tests"] <= 50
     oc = i["escape_test_outcomes"]
     assert oc["escaped"] + oc["not_escaped"] + oc["interrupted"] == i["escape_tests"]
     assert oc["escaped"] == i["escapes"] and oc["not_escaped"] == int(i["certified"])

@@ -274,7 +274,9 @@ def test_batch_larger_than_data_is_a_user_error(registry, algo_cls, logistic_pro
 
 
 def test_starts_from_a_meta_algorithm_initial_point(algo_cls, logistic_problem):
-    algo, _ = _algo(algo_cls, logistic_problem, NoNoise, max_steps=1)
+    # two queries: at the defaults' coarser alpha (alpha_scale) the first exact gradient at w0 may already be
+    # below 3 chi, and the step is then taken by the escape attempt's first query (a reuse of the estimate)
+    algo, _ = _algo(algo_cls, logistic_problem, NoNoise, max_steps=2)
     w0 = np.linspace(-0.5, 0.5, logistic_problem.d)
     algo.init = w0
     out = algo.run()
@@ -307,3 +309,61 @@ def test_defaults_learn_on_adult_and_run_escape_tests():
     assert ri["escape_tests"] >= 1 and sum(ri["escape_test_outcomes"].values()) == ri["escape_tests"]
     assert ri["escape_test_note"] == f"{ri['escape_tests']} escape test(s) ran"
     assert rec["release"]["privacy"]["epsilon"] <= 1.0 * (1 + 1e-9)
+
+
+def test_practical_rules_alpha_step_mu_kappa_b2(registry, algo_cls, logistic_problem):
+    """preset=practical (issue 12, fifth session): alpha = max{alpha_scale x Thm 2 alpha, the o1_budget
+    floor 16 f z C sqrt(d) K1/n}, eta = 2/M, mu = 3, kappa = max{Thm 2 kappa, P (3 eta chi)^2} with P = 1,
+    b1 >= its floor, b2 = its floor 2 f z M' sqrt(d kappa)/chi (no longer raised to Thm 2's b2); only public
+    n, d, eps, the declared constants and the calibrated z enter."""
+    from dpreg_plugins.algorithms.perturbed_sgd import theorem2_alpha, theorem2_kappa
+
+    pb = logistic_problem
+    gauss = registry.get("noise", "gaussian")
+    algo, acc = _algo(algo_cls, pb, gauss)
+    r = algo.resolve()
+    G, M, rho = pb.constants()
+    n, d, f, z, C = pb.n, pb.d, 2.0, r["noise_multiplier"], r["clip"]
+    a_thm = theorem2_alpha(n, d, EPS, G, M, rho, 1.0)
+    floor = 16 * f * z * C * math.sqrt(d) * 4 / n
+    assert r["alpha_theorem"] == pytest.approx(a_thm) and r["alpha_floor"] == pytest.approx(floor)
+    assert r["alpha"] == pytest.approx(max(4 * a_thm, floor))
+    assert 4 * a_thm > floor and r["alpha"] == pytest.approx(4 * a_thm)  # here the scaled theorem decides
+    assert r["eta"] == pytest.approx(2 / M) and r["mu"] == 3.0
+    chi, eta = r["chi"], r["eta"]
+    assert r["kappa"] == pytest.approx(max(theorem2_kappa(n, d, EPS, G, M, rho, 1.0), (3 * eta * chi) ** 2))
+    assert r["batch2"] == math.ceil(2 * f * z * r["diff_clip"] * math.sqrt(d * r["kappa"]) / chi)
+    assert r["batch1"] >= math.ceil(2 * f * z * C * math.sqrt(d) / chi)
+    assert r["escape_steps"] == math.ceil(3.0 / (eta * math.sqrt(rho * r["alpha"])))
+    assert r["escape_radius"] == pytest.approx(math.sqrt(r["alpha"] / rho) / 3.0 ** 1.5)
+    # alpha_scale is the rule's constant: 1 gives the floor here, a large value scales the theorem's alpha
+    assert _algo(algo_cls, pb, gauss, alpha_scale=1)[0].resolve()["alpha"] == pytest.approx(max(a_thm, floor))
+    assert _algo(algo_cls, pb, gauss, alpha_scale=10)[0].resolve()["alpha"] == pytest.approx(10 * a_thm)
+    # given values win over the rules
+    given = _algo(algo_cls, pb, gauss, step=1.5, mu=2, drift_steps=2)[0].resolve()
+    assert given["eta"] == 1.5 and given["mu"] == 2.0
+    assert given["kappa"] == pytest.approx(max(theorem2_kappa(n, d, EPS, G, M, rho, 1.0),
+                                               2 * (3 * 1.5 * given["chi"]) ** 2))
+
+
+def test_theory_preset_keeps_the_papers_formulas(registry, algo_cls, logistic_problem):
+    """preset=theory is untouched by the practical rules: Thm 2's alpha, kappa, b1 = n kappa/(2U eta),
+    b2 = n eta chi^2/(2U), eta = 1/M, mu = 2 (so T_esc and S of eq. (4) with iota = 2), O2 clip M;
+    alpha_scale and drift_steps do not enter."""
+    from dpreg_plugins.algorithms.perturbed_sgd import theorem2_alpha, theorem2_kappa
+
+    pb = logistic_problem
+    gauss = registry.get("noise", "gaussian")
+    G, M, rho = pb.constants()
+    n, d = pb.n, pb.d
+    for extra in ({}, {"alpha_scale": 7, "drift_steps": 5}):
+        r = _algo(algo_cls, pb, gauss, preset="theory", **extra)[0].resolve()
+        alpha, kappa, eta = theorem2_alpha(n, d, EPS, G, M, rho, 1.0), theorem2_kappa(n, d, EPS, G, M, rho, 1.0), 1 / M
+        chi = alpha / 4
+        assert (r["alpha"], r["kappa"], r["eta"], r["mu"]) == (pytest.approx(alpha), pytest.approx(kappa),
+                                                                pytest.approx(eta), 2.0)
+        assert r["batch1"] == max(1, math.ceil(n * kappa / (2 * eta)))
+        assert r["batch2"] == max(1, math.ceil(n * eta * chi ** 2 / 2))
+        assert r["escape_steps"] == max(1, math.ceil(2.0 / (eta * math.sqrt(rho * alpha))))
+        assert r["escape_radius"] == pytest.approx(math.sqrt(alpha / rho) / 2.0 ** 1.5)
+        assert r["diff_clip"] == pytest.approx(M)
