@@ -71,3 +71,32 @@ def test_a_parallel_variant_compiled_in_the_process_is_used(monkeypatch):
     k = _fresh_row_sqnorms()
     k.parallel  # compiled (or loaded) by a direct use, e.g. a benchmark
     assert k.pick(True) is k.fast(True)
+
+
+def test_load_check_sees_a_load_that_has_just_started(monkeypatch):
+    """want_parallel reads the runnable tasks right now, not only the 1-minute
+    average, which lags a load that has just started (two busy processes next
+    to the run: parallel kernels then wait for CPUs they do not get)."""
+    import io
+
+    cpus = os.cpu_count() or 1
+    if cpus < 2 or config.numba.get_num_threads() < 2:
+        return  # one CPU or one thread: never parallel, nothing to check
+    monkeypatch.setattr(config, "LOAD_LOOK_S", -1.0)  # look every call
+    real_open = open
+
+    def fake(avg, running):
+        def _open(path, *a, **kw):
+            if path == "/proc/loadavg":
+                return io.StringIO(f"{avg} {avg} {avg} {running}/300 12345\n")
+            return real_open(path, *a, **kw)
+        return _open
+
+    big = config.PARALLEL_WORK
+    monkeypatch.setattr("builtins.open", fake(0.1, 1))           # idle: the caller alone is runnable
+    assert config._busy() == 0.1 and config.want_parallel(big)
+    monkeypatch.setattr("builtins.open", fake(0.1, 1 + cpus))    # just started: cpus others runnable
+    assert config._busy() == cpus and not config.want_parallel(big)
+    monkeypatch.setattr("builtins.open", fake(cpus + 1.0, 1))    # a load that has just ended: still busy
+    assert not config.want_parallel(big)
+    assert not config.want_parallel(big - 1)                     # small work: serial whatever the load

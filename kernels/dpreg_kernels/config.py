@@ -129,26 +129,44 @@ PARALLEL_WORK: int = int(os.environ.get("DPREG_PARALLEL_WORK", str(1 << 20)))
 #: ``DPREG_PARALLEL_AMORTIZE_S=0``: compile it as soon as it is wanted.
 PARALLEL_AMORTIZE_S: float = float(os.environ.get("DPREG_PARALLEL_AMORTIZE_S", "3"))
 
-_load = [0.0, 0.0]  # (time of the last look, whether the machine had idle cores)
+_load = [-1.0, 0.0]  # (time of the last look, whether the machine had idle cores)
+#: seconds a look at the machine's load is reused
+LOAD_LOOK_S: float = 0.25
+
+
+def _busy() -> float:
+    """How many CPUs other work keeps busy: the larger of the 1-minute load
+    average and the number of runnable tasks right now besides the caller
+    (``/proc/loadavg``'s fourth field, Linux).  The average alone lags a load
+    that has just started by up to a minute (measured: two spinning processes
+    started 0.5 s before dp-spider's run left it at 0.8, so the kernels ran
+    their parallel variants against them, 4x slower than serial)."""
+    try:
+        with open("/proc/loadavg") as f:
+            fields = f.read().split()
+        return max(float(fields[0]), float(int(fields[3].split("/")[0]) - 1))
+    except (OSError, ValueError, IndexError):
+        return os.getloadavg()[0]
 
 
 def want_parallel(work: int) -> bool:
     """Whether a kernel of ``work`` elements should run its parallel variant:
     work >= :data:`PARALLEL_WORK`, numba has more than one thread, and the
-    machine is not oversubscribed (1-minute load average below the CPU count,
-    looked up at most once a second).  On a busy machine a parallel kernel's
-    threads wait for CPUs that other processes hold: measured 1.5-3x slower
-    than the serial variant at every size.  Serial and parallel variants give
-    bit-identical results (fixed chunking), so the choice never changes a run."""
+    machine is not oversubscribed (:func:`_busy` below the CPU count minus
+    one half, looked up at most every :data:`LOAD_LOOK_S` seconds).  On a busy
+    machine a parallel kernel's threads wait for CPUs that other processes
+    hold: measured 1.5-3x slower than the serial variant at every size.
+    Serial and parallel variants give bit-identical results (fixed chunking),
+    so the choice never changes a run."""
     if work < PARALLEL_WORK or numba.get_num_threads() < 2:
         return False
     import time
 
     now = time.monotonic()
-    if now - _load[0] > 1.0:
+    if now - _load[0] > LOAD_LOOK_S:
         try:
-            idle = os.getloadavg()[0] < (os.cpu_count() or 1) - 0.5
-        except OSError:  # no load average on this platform
+            idle = _busy() < (os.cpu_count() or 1) - 0.5
+        except OSError:  # no load information on this platform
             idle = True
         _load[0], _load[1] = now, float(idle)
     return bool(_load[1])
