@@ -5,7 +5,7 @@ import dp_accounting as dpa
 import numpy as np
 import pytest
 
-from dpreg.accounting import (PldAccountant, RdpAccountant, gaussian_event, poisson_sampled,
+from dpreg.accounting import (PldAccountant, RdpAccountant, _atoms, composed, gaussian_event, poisson_sampled,
                               self_composed)
 from dpreg.errors import BudgetExceededError, ParameterError
 from dpreg.interfaces import Participation, charge
@@ -280,3 +280,34 @@ def test_reservation_stays_sound_across_passes(cls):
 def test_global_charge_takes_no_pass():
     with pytest.raises(ParameterError):
         RdpAccountant(1.0, 1e-5).charge(gaussian_event(5.0), None, pass_id="A")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fast_cover_check_equals_the_full_one(seed):
+    """Accountant._covered checks only a charge's own atoms while the state is
+    inside the reservation; on random sequences of global and grouped charges
+    over several passes and atom kinds (some inside, some outside the plan),
+    with a second reservation midway, it answers exactly as the full
+    composition of the state (_covered_full) before every charge."""
+    rng = np.random.default_rng(seed)
+    atoms = [gaussian_event(3.0), gaussian_event(5.0), poisson_sampled(0.1, gaussian_event(4.0))]
+    acc = RdpAccountant(200.0, 1e-5, "add-remove")
+    checked = 0
+    for i in range(400):
+        if i % 80 == 0:  # a (new) reservation: the fast path applies again
+            acc.reserve(composed([self_composed(atoms[0], 6), self_composed(atoms[2], 25)]))
+        ev = atoms[rng.choice(3, p=[0.45, 0.1, 0.45])]  # atoms[1] is never reserved: it leaves the reservation
+        if rng.random() < 0.4:
+            key = None
+            group = pass_id = None
+        else:
+            group, pass_id = int(rng.integers(4)), ("p", int(rng.integers(3)))
+            key = (pass_id, group)
+        a = _atoms(ev)
+        assert acc._covered(a, key) == acc._covered_full(a, key), (seed, i)
+        checked += acc._within
+        try:
+            acc.charge(ev, group, pass_id=pass_id)
+        except BudgetExceededError:
+            pass
+    assert checked >= 10  # the fast path was exercised

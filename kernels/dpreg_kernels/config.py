@@ -110,13 +110,17 @@ def jit_inline(func):
 
 
 #: A kernel runs its parallel variant only when its work (rows x d, or rows x
-#: d^2 for the Hessian) reaches this many elements (about 1 ms of serial
+#: d^2 for the Hessian) reaches this many elements (about 50 us of serial
 #: work); below, the serial variant: a prange launch waits for the OpenMP
 #: workers (0.04 ms on an idle machine, 1-2 ms on a busy one, against ~10 us of
-#: work for a 256 x 22 batch).  ``DPREG_PARALLEL_WORK`` overrides it (0: always
-#: parallel when the machine has idle cores).  Measured: docs/benchmarks.md,
-#: "Serial or parallel".
-PARALLEL_WORK: int = int(os.environ.get("DPREG_PARALLEL_WORK", str(1 << 20)))
+#: work for a 256 x 22 batch).  Measured on an idle 2-core machine with the
+#: staged kernels (``python benchmarks/bench_sparse.py``, first table, O1 gather
+#: path at d = 22): parallel / serial time 1.20 at 5,632 elements, 0.71 at
+#: 22,528, 0.49 at 90,112; 2^16 leaves a margin above the crossover (it was 2^20
+#: for the former kernels, whose crossover was higher).  On a busy machine
+#: :func:`want_parallel` says serial whatever the work.  ``DPREG_PARALLEL_WORK``
+#: overrides it (0: always parallel when the machine has idle cores).
+PARALLEL_WORK: int = int(os.environ.get("DPREG_PARALLEL_WORK", str(1 << 16)))
 
 #: A kernel whose parallel variant is neither compiled in this process nor in
 #: numba's on-disk cache runs its serial variant, even where
