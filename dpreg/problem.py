@@ -376,6 +376,28 @@ class Problem:
             tot = self._fast(self._k.hvp_sum, len(ix) * self.d)(self.X, self.y, ix, w, v, self._refs[2])
         return tot / len(ix) + self.loss.psi_hvp(w, v)
 
+    #: rows per block of :meth:`_exact_hessian_sum` (its temporaries are a block's size)
+    _HESSIAN_ROWS = 8192
+
+    def _exact_hessian_sum(self, w: np.ndarray, ix: np.ndarray) -> np.ndarray:
+        """``sum_{i in ix} d2phi(<x_i,w>, y_i) x_i x_i^T`` with numpy, in blocks of
+        rows: the exact (evaluation-only) data Hessian.  The loss's plain
+        ``d2phi`` runs per record from Python (4 ms for 32,561 records), so a
+        run that only evaluates compiles no Hessian kernel (the kernel serves
+        the clipped, private Hessians)."""
+        d2 = np.frompyfunc(type(self.loss).d2phi, 2, 1)
+        H = np.zeros((self.d, self.d))
+        full = ix is self.all_rows
+        for lo in range(0, len(ix), self._HESSIAN_ROWS):
+            rows = ix[lo:lo + self._HESSIAN_ROWS]
+            Xb = self.X[lo:lo + len(rows)] if full else self.X[rows]
+            h = d2(np.asarray(Xb @ w).ravel(), self.y[rows]).astype(np.float64)
+            if self._csr is not None:
+                H += np.asarray((Xb.T @ Xb.multiply(h[:, None])).todense())
+            else:
+                H += (Xb.T * h) @ Xb
+        return H
+
     def hessian(self, w: np.ndarray, idx: np.ndarray | None = None, clip: float = np.inf) -> np.ndarray:
         """Dense empirical Hessian (use for small d only).  Exact by default;
         with a finite ``clip`` each record's data part ``d2phi x x^T`` is scaled
@@ -383,7 +405,10 @@ class Problem:
         above-threshold selector)."""
         w = self._vec(w)
         ix = self._idx(idx)
-        H, _ = self.clipped_hessian_sum(w, ix, clip)
+        if np.isfinite(clip):
+            H, _ = self.clipped_hessian_sum(w, ix, clip)
+        else:
+            H = self._exact_hessian_sum(w, ix)
         H = H / len(ix)
         eye = np.eye(self.d)
         H += np.stack([self.loss.psi_hvp(w, eye[j]) for j in range(self.d)], axis=1)

@@ -59,7 +59,7 @@ _CACHED_RUN = textwrap.dedent("""
             pb = Problem(loss, X, y)
             w = np.full(3, 0.1)
             pb.clipped_grad_sum(w, None, 1.0); pb.clipped_grad_sum(w, np.arange(5), 1.0)
-            pb.clipped_diff_sum(w, 2 * w, None, 1.0); pb.value(w); pb.hvp(w, w); pb.hessian(w)
+            pb.clipped_diff_sum(w, 2 * w, None, 1.0); pb.value(w); pb.hvp(w, w); pb.hessian(w, clip=1.0)
     import dpreg_kernels.linear_model as K
     # the variants this process used (small problems: the serial ones)
     hits = {f"{n}/{'parallel' if par else 'serial'}": sum(disp.stats.cache_hits.values())
