@@ -169,10 +169,11 @@ _HAND: dict = {}
 
 
 def hand_kernel(loss):
-    """``_grad_sum`` compiled with the loss's dphi and block function bound as
-    globals (direct, inlinable calls) instead of first-class function
-    arguments: what a hand-written kernel for that loss would be.  Not cached
-    (exec'd source)."""
+    """The O1 form of ``_clipped_sum`` compiled with the loss's dphi and block
+    function bound as globals (direct, inlinable calls) instead of first-class
+    function arguments: what a hand-written kernel for that loss would be.
+    Called as the generic O1 kernel without ``dphi, blk``.  Not cached (exec'd
+    source)."""
     if loss.name in _HAND:
         return _HAND[loss.name]
     import inspect
@@ -182,8 +183,10 @@ def hand_kernel(loss):
     import dpreg_kernels.linear_model as K
     from dpreg_kernels.config import _FM
 
-    src = inspect.getsource(K._grad_sum).replace(
-        "def _grad_sum(X, y, nx, idx, full, w, r, dphi, blk, clip):", "def _hand(X, y, nx, idx, full, w, r, clip):")
+    head = "def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):"
+    src = inspect.getsource(K._clipped_sum)
+    assert head in src, "the generic kernel's signature changed: update hand_kernel"
+    src = src.replace(head, "def _hand_both(X, y, nx, idx, full, w, wp, two, r, rp, clip):")
     ns = dict(vars(K))
     ns["dphi"] = numba.njit(fastmath=_FM)(type(loss).dphi)
     own = type(loss).dphi_block
@@ -194,8 +197,13 @@ def hand_kernel(loss):
         own = getattr(importlib.import_module(mod), attr)
     ns["blk"] = numba.njit(fastmath=_FM)(own if own is not None else K._scalar_block)
     exec(compile(src, f"<hand kernel {loss.name}>", "exec"), ns)
-    _HAND[loss.name] = numba.njit(parallel=True, fastmath=_FM)(ns["_hand"])
-    return _HAND[loss.name]
+    both = numba.njit(parallel=True, fastmath=_FM)(ns["_hand_both"])
+
+    def o1(X, y, nx, idx, full, w, r, clip):
+        return both(X, y, nx, idx, full, w, w, False, r, r, clip)
+
+    _HAND[loss.name] = o1
+    return o1
 
 
 @pytest.mark.parametrize("threads", [2], indirect=True)
