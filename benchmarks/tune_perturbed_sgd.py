@@ -23,8 +23,8 @@ only training-data quantities - never a test split:
         --data ijcnn1,adult '{}' '{"alpha_scale": 1}' '{"step_over_M": 1}' '{"mu": 2}' ...
 
 A grid cell is a JSON object of ``--param`` values; the extra key ``step_over_M``
-sets the step to c/M with M the loss's declared smoothness on that data (read from
-a probe run).  The resolved parameters of the last seed are printed beside each cell.
+sets the step to c/M and ``diff_clip_over_M`` the O2 clip factor to c M, with M the
+loss's declared smoothness on that data (read from a probe run).  The resolved parameters of the last seed are printed beside each cell.
 """
 from __future__ import annotations
 
@@ -41,7 +41,9 @@ import dpreg
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 DPSGD_IJCNN1_GAP = 0.02445  # dp-sgd at its defaults, seeds 0-2 (docs/models-learn.md)
 SHOW = ("alpha", "chi", "eta", "mu", "kappa", "batch1", "batch2", "batch2_paper", "noise_multiplier", "horizon",
-        "escape_steps", "escape_radius", "o1_queries", "o2_queries", "escape_tests", "stop_reason")
+        "escape_steps", "escape_radius", "o1_queries", "o2_queries", "escape_tests", "stop_reason",
+        # adaptive-spider
+        "steps", "phases", "batch_o1", "batch_o2_mean", "perturbations", "saddle_threshold", "step")
 
 DATA = {
     "ijcnn1": dict(kw=dict(loss="logistic-nonconvex-reg", data=str(SHARED / "ijcnn1.trn.bz2"), features=22,
@@ -63,7 +65,9 @@ def measure(algo, kw, params, s):
 
 
 def declared_M(algo, kw):
-    return measure(algo, kw, {"max_steps": 1}, 0)[3]
+    """The loss's declared smoothness M on that data, from a one-step probe run."""
+    cap = "steps" if algo == "adaptive-spider" else "max_steps"
+    return measure(algo, kw, {cap: 1}, 0)[3]
 
 
 def fmt(info):
@@ -100,6 +104,9 @@ def main():
             if "step_over_M" in params:
                 M = M or declared_M(a.algo, spec["kw"])
                 params["step"] = params.pop("step_over_M") / M
+            if "diff_clip_over_M" in params:
+                M = M or declared_M(a.algo, spec["kw"])
+                params["diff_clip"] = params.pop("diff_clip_over_M") * M
             t = time.perf_counter()
             rows = [measure(a.algo, spec["kw"], params, s) for s in spec["seeds"]]
             vals = np.array([r[0] if spec["metric"] == "gap" else r[1] for r in rows])

@@ -15,7 +15,7 @@ from dpreg.errors import BudgetExceededError
 from dpreg.interfaces import Participation
 from dpreg.params import bind
 from dpreg.problem import Problem
-from dpreg_plugins.algorithms.adaptive_spider import AdaptiveSpider, default_B, theorem_alpha
+from dpreg_plugins.algorithms.adaptive_spider import PRACTICAL, AdaptiveSpider, default_B, theorem_alpha
 from dpreg_plugins.losses.linear import Logistic, Sigmoid
 from dpreg_plugins.noise.gaussian import GaussianMechanism
 from dpreg_plugins.noise.tree import TreeMechanism
@@ -54,17 +54,37 @@ def test_defaults_follow_theorem_3_11():
                 + (M * B) ** 0.5 / n ** 0.5)
     assert a == pytest.approx(expected)
     pb = problem(n=2000)
-    algo = AdaptiveSpider(pb, bind(AdaptiveSpider.params, {"noise_aware": "false"}, "x"), noise=TreeMechanism,
-                          accountant=RdpAccountant(1.0, 1e-5), seed=0)
-    r = algo.resolve()
     G, M, rho = pb.constants()
-    assert r["alpha"] == pytest.approx(theorem_alpha(2000, 5, 1.0, math.log(2), G, M))
+    thm = theorem_alpha(2000, 5, 1.0, math.log(2), G, M)
+    # preset=theory: the literal formulas, every practical factor 1
+    algo = AdaptiveSpider(pb, bind(AdaptiveSpider.params, {"preset": "theory"}, "x"), noise=TreeMechanism,
+                          accountant=RdpAccountant(1.0, 1e-5), seed=0)
+    r = algo.resolve(z=3.0)  # theory ignores the calibrated multiplier
+    assert r["alpha"] == pytest.approx(thm)
     assert r["kappa"] == pytest.approx(max(r["alpha"] * 5 ** 0.5, (math.log(2) * G * M) ** (1 / 3)))
     assert r["b"] == math.ceil(G * (5 ** 0.5 / r["alpha"] + 1 / r["alpha"] ** 2))
     s = 0.3
     assert algo.adaptive_batch(s, r) == math.ceil(max(s * 5 ** 0.5 / r["alpha"], r["kappa"] * s / r["alpha"] ** 2, 1))
     assert algo.adaptive_batch(0.0, r) == 1
     assert r["step"] == pytest.approx(1 / M)
+    assert r["diff_clip"] == pytest.approx(M)
+    # practical (the default): the same formulas times the documented factors
+    algo = AdaptiveSpider(pb, bind(AdaptiveSpider.params, {"noise_aware": "false"}, "x"), noise=TreeMechanism,
+                          accountant=RdpAccountant(1.0, 1e-5), seed=0)
+    r = algo.resolve()
+    c = PRACTICAL
+    assert r["alpha"] == pytest.approx(c["alpha_scale"] * thm)
+    assert r["kappa"] == pytest.approx(c["kappa_scale"] * max(r["alpha"] * 5 ** 0.5, (math.log(2) * G * M) ** (1 / 3)))
+    assert r["b"] == math.ceil(G * (5 ** 0.5 / r["alpha"] + 1 / r["alpha"] ** 2))
+    assert algo.adaptive_batch(s, r) == math.ceil(
+        c["adaptive_scale"] * max(s * 5 ** 0.5 / r["alpha"], r["kappa"] * s / r["alpha"] ** 2, 1))
+    assert r["diff_clip"] == pytest.approx(c["diff_clip_over_M"] * M)
+    assert r["step"] == pytest.approx(1 / M)
+    # a given factor wins over either preset
+    algo = AdaptiveSpider(pb, bind(AdaptiveSpider.params, {"preset": "theory", "alpha_scale": 2.0, "diff_clip": 0.01},
+                                   "x"), noise=TreeMechanism, accountant=RdpAccountant(1.0, 1e-5), seed=0)
+    r = algo.resolve()
+    assert r["alpha"] == pytest.approx(2 * thm) and r["diff_clip"] == 0.01
 
 
 @pytest.mark.parametrize("noise", ["gaussian", "tree"])

@@ -119,13 +119,13 @@ def test_adaptive_spider_phase_cap_bounds_phases_and_tree_depth(pb, H):
 
 
 def test_adaptive_spider_literal_kappa_is_the_theorem_formula(pb):
-    algo, acc = make(AdaptiveSpider, pb, TreeMechanism)
+    algo, acc = make(AdaptiveSpider, pb, TreeMechanism, kappa_scale=1.0)  # the formula itself, no practical factor
     z = 5.0
     r_lit = algo.resolve(z)
     G, M, _ = pb.constants()
     expected = max(r_lit["alpha"] * math.sqrt(pb.d) / 1.0, (r_lit["B"] * G * M) ** (1 / 3))
     assert r_lit["kappa"] == pytest.approx(expected)
-    algo_na, _ = make(AdaptiveSpider, pb, TreeMechanism, kappa_eps="noise-aware")
+    algo_na, _ = make(AdaptiveSpider, pb, TreeMechanism, kappa_eps="noise-aware", kappa_scale=1.0)
     r_na = algo_na.resolve(z)
     assert r_na["kappa"] == pytest.approx(max(r_na["alpha"] * math.sqrt(pb.d) * 2 * z,
                                               (r_na["B"] * G * M) ** (1 / 3)))
