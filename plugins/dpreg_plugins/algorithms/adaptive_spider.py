@@ -222,7 +222,7 @@ class AdaptiveSpider(Algorithm):
         horizon = max(1, min(T, self.problem.n, int(self.p["max_phase"])))
         z = calibrate_noise(self.accountant, self.noise, horizon, [(1, [Participation.disjoint(("plan", 0))])])
         r = self.resolve(z)
-        n, d, b, T, M = r["n"], r["d"], r["b"], r["T"], r["M"]
+        n, d, b, T = r["n"], r["d"], r["b"], r["T"]
         if b >= n:
             raise ParameterError(
                 f"adaptive-spider: at eps={self.accountant.epsilon_budget:g} the O1 batch of Thm 3.11 is b={b} "
