@@ -43,7 +43,9 @@ DPSGD_IJCNN1_GAP = 0.02445  # dp-sgd at its defaults, seeds 0-2 (docs/models-lea
 SHOW = ("alpha", "chi", "eta", "mu", "kappa", "batch1", "batch2", "batch2_paper", "noise_multiplier", "horizon",
         "escape_steps", "escape_radius", "o1_queries", "o2_queries", "escape_tests", "stop_reason",
         # adaptive-spider
-        "steps", "phases", "batch_o1", "batch_o2_mean", "perturbations", "saddle_threshold", "step")
+        "steps", "phases", "batch_o1", "batch_o2_mean", "perturbations", "saddle_threshold", "step",
+        # zo-o2nc
+        "smoothing", "block_length", "blocks", "batch1", "max_sensitivity")
 
 DATA = {
     "ijcnn1": dict(kw=dict(loss="logistic-nonconvex-reg", data=str(SHARED / "ijcnn1.trn.bz2"), features=22,
