@@ -113,6 +113,42 @@ def test_resample_poisson_counts_use_and_full_batch():
     assert part.kind == "all" and len(idx) == 500
 
 
+def test_poisson_stream_is_total_independent_samples_and_never_overdraws():
+    """Resample.poisson_stream: chunked draws with the per-sample Bernoulli law
+    (inclusion q, independence across samples, also across a chunk boundary),
+    Resample.used = the rows of the samples drawn, an error past the plan, and
+    the full batch for q >= 1."""
+    n, q, reps, total = 25, 0.3, 3000, 5
+    inc = np.zeros((total, n))
+    cross = 0.0
+    for r in range(reps):
+        acc = Resample(n, np.random.default_rng(r))
+        st = acc.poisson_stream(q, total, chunk=2)  # chunks of 2, 2, 1
+        m = np.zeros((total, n))
+        size = 0
+        for i in range(total):
+            rows, part = st.next()
+            assert part.kind == "poisson" and part.q == q and np.all(np.diff(rows) > 0)
+            m[i, rows] = 1.0
+            size += len(rows)
+        assert acc.used == size
+        with pytest.raises(RuntimeError, match="more samples than planned"):
+            st.next()
+        inc += m
+        cross += m[1, 7] * m[2, 7]  # samples 1 and 2 lie in different chunks
+    sd = np.sqrt(q * (1 - q) / reps)
+    assert np.all(np.abs(inc / reps - q) < 5 * sd)
+    assert abs(cross / reps - q * q) < 5 * np.sqrt(q * q * (1 - q * q) / reps)
+    acc = Resample(40, np.random.default_rng(0))
+    st = acc.poisson_stream(1.0, 2)
+    for _ in range(2):
+        rows, part = st.next()
+        assert part.kind == "all" and len(rows) == 40
+    assert acc.used == 80
+    with pytest.raises(RuntimeError):
+        st.next()
+
+
 def test_dp_sgd_charges_its_plan_once_before_releasing(registry):
     import dp_accounting as dpa
 

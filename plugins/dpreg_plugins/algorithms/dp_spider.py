@@ -140,15 +140,19 @@ class DPSpider(Algorithm):
         if self.noise is None:
             raise ParameterError("dp-spider needs a noise mechanism (--noise gaussian|tree)")
 
-        def sampler(b):
+        n_o1 = -(-T // q)  # steps 0, q, 2q, ... call O1; the others O2
+
+        def sampler(b, total):
+            """The batches of one oracle: all of them planned up front (a data-independent
+            plan), drawn in chunks (Resample.poisson_stream)."""
             if b >= n:
-                return (lambda: access.full()), Participation.all(), float(n), 1.0
+                return access.poisson_stream(1.0, total).next, Participation.all(), float(n), 1.0
             rate = b / n
-            return (lambda: access.poisson(rate)), Participation.poisson(rate), float(b), rate
+            return access.poisson_stream(rate, total).next, Participation.poisson(rate), float(b), rate
 
         access = Resample(n, self.rng("dp-spider sampling"))
-        draw1, p1, den1, q1 = sampler(b1)
-        draw2, p2, den2, q2 = sampler(b2)
+        draw1, p1, den1, q1 = sampler(b1, n_o1)
+        draw2, p2, den2, q2 = sampler(b2, T - n_o1)
         horizon = min(q, T)
         plan = spider_plan(T, q, p1, p2)
         share = float(self.p["o1_share"])
