@@ -532,12 +532,59 @@ def _baselines(problem, prefix: str) -> dict:
     return out
 
 
+#: non-private optima computed in this process, by content (:func:`_optimum_key`):
+#: a loop of runs on the same data (seeds, epsilons, algorithms; ``dpreg sweep``)
+#: solves the reference once.  In memory only, a few entries.
+_OPTIMA: dict = {}
+_OPTIMA_MAX = 8
+
+
+def _optimum_key(problem, max_iter: int) -> bytes:
+    """blake2b of everything the reference depends on: the rows (dense, or the
+    CSR arrays), the labels, the problem and loss classes, the loss's name,
+    radius, public scalar attributes and psi parameters, and ``max_iter``."""
+    import hashlib
+
+    h = hashlib.blake2b(digest_size=16)
+    X = problem.X
+    arrays = (X.data, X.indices, X.indptr) if is_sparse(X) else (X,)
+    for a in (*arrays, problem.y):
+        a = np.ascontiguousarray(a)
+        h.update(repr((a.dtype.str, a.shape)).encode())
+        h.update(a.view(np.uint8).reshape(-1))
+    loss = problem.loss
+    simple = sorted((k, v) for k, v in vars(loss).items()
+                    if not k.startswith("_") and isinstance(v, (bool, int, float, str, tuple)))
+    h.update(repr((type(problem).__module__, type(problem).__qualname__, type(loss).__module__,
+                   type(loss).__qualname__, loss.name, loss.radius, simple, X.shape, int(max_iter))).encode())
+    psi = getattr(loss, "psi_params", None)
+    if psi is not None:
+        h.update(np.ascontiguousarray(psi(), dtype=np.float64).tobytes())
+    return h.digest()
+
+
 def nonprivate_optimum(problem, max_iter: int = 200):
     """A non-private minimiser of the empirical loss (L-BFGS from 0, capped
     iterations): a reference for how much of the gap a private model closed.
-    None when the problem is too large for a cheap reference."""
+    None when the problem is too large for a cheap reference.  Solved once per
+    process for the same data and loss (:data:`_OPTIMA`); a copy is returned."""
     if problem.n * problem.d > 5e7:
         return None
+    try:
+        key = _optimum_key(problem, max_iter)
+    except Exception:  # noqa: BLE001 - an unusual problem or loss: solve it, uncached
+        return _solve_optimum(problem, max_iter)
+    if key in _OPTIMA:
+        w = _OPTIMA[key]
+        return None if w is None else w.copy()
+    w = _solve_optimum(problem, max_iter)
+    if len(_OPTIMA) >= _OPTIMA_MAX:
+        _OPTIMA.pop(next(iter(_OPTIMA)))
+    _OPTIMA[key] = None if w is None else w.copy()
+    return w
+
+
+def _solve_optimum(problem, max_iter: int):
     from scipy.optimize import minimize
 
     radius = problem.loss.radius

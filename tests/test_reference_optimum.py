@@ -1,0 +1,64 @@
+"""The non-private reference optimum of the diagnostics is solved once per
+process for the same data and loss (dpreg.pipeline._OPTIMA), and again for
+anything that changes it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpreg import pipeline
+from dpreg.problem import Problem
+from dpreg_plugins.losses.linear import Logistic, LogisticNonconvexReg
+
+
+@pytest.fixture
+def solves(monkeypatch):
+    calls = []
+    real = pipeline._solve_optimum
+
+    def counting(problem, max_iter):
+        calls.append(problem)
+        return real(problem, max_iter)
+
+    monkeypatch.setattr(pipeline, "_solve_optimum", counting)
+    monkeypatch.setattr(pipeline, "_OPTIMA", {})
+    return calls
+
+
+def data(seed=0, n=400, d=6):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
+    y = np.where(X @ rng.standard_normal(d) + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    return X, y
+
+
+def test_same_data_and_loss_is_solved_once(solves):
+    X, y = data()
+    w1 = pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
+    w1_value = w1.copy()
+    w1[:] = 99.0  # the caller's copy: the cache keeps its own
+    w2 = pipeline.nonprivate_optimum(Problem(Logistic(), X.copy(), y.copy()))  # equal content, new objects
+    assert len(solves) == 1
+    np.testing.assert_array_equal(w2, w1_value)
+    pb = Problem(Logistic(), X, y)
+    np.testing.assert_allclose(pb.gradient(w2), 0.0, atol=1e-4)  # it is the optimum
+
+
+def test_anything_that_changes_the_reference_is_solved_again(solves):
+    X, y = data()
+    pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
+    y2 = y.copy()
+    y2[0] = -y2[0]
+    pipeline.nonprivate_optimum(Problem(Logistic(), X, y2))             # one label
+    X2 = X.copy()
+    X2[3, 2] += 1e-9
+    pipeline.nonprivate_optimum(Problem(Logistic(), X2, y))             # one feature value
+    pipeline.nonprivate_optimum(Problem(LogisticNonconvexReg(), X, y))  # the loss
+    reg = LogisticNonconvexReg()
+    reg.lam = 0.5
+    w_reg = pipeline.nonprivate_optimum(Problem(reg, X, y))             # the loss's parameter
+    pipeline.nonprivate_optimum(Problem(Logistic(), X, y), max_iter=5)  # the solver's cap
+    assert len(solves) == 6
+    w_default = pipeline.nonprivate_optimum(Problem(LogisticNonconvexReg(), X, y))
+    assert len(solves) == 6 and not np.allclose(w_reg, w_default)
