@@ -174,7 +174,7 @@ class Resample:
         self.used += self.n
         return self._all, Participation.all()
 
-    def poisson_stream(self, q: float, total: int, chunk: int = 256) -> "PoissonStream":
+    def poisson_stream(self, q: float, total: int, chunk: int = 256) -> PoissonStream:
         """A source of ``total`` independent Poisson subsamples at rate ``q``
         (the full batch for ``q >= 1``), drawn ``chunk`` at a time with
         :meth:`poisson_many`: the same law as ``total`` calls of

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dpreg_plugins.losses.linear import Logistic, LogisticNonconvexReg
 
 from dpreg import pipeline
 from dpreg.problem import Problem
-from dpreg_plugins.losses.linear import Logistic, LogisticNonconvexReg
 
 
 @pytest.fixture
