@@ -1,9 +1,17 @@
-"""The training-data measurements behind perturbed-sgd's (and distributed-spider's)
-practical defaults (issue 12, fifth session): the step eta = 2/M, the practical
-alpha = max{alpha_scale * Thm 2 alpha, floor} with alpha_scale = 4, mu = 3,
-drift_steps = 1 and b2 = its noise floor.  The former defaults' rules are the cell
-'{"alpha_scale": 1, "step_over_M": 1, "mu": 2, "drift_steps": 2}' (their b2 =
-max{Thm 2 b2, floor} was the floor in every cell measured: see batch2_paper).
+"""Grids of ``--param`` cells for one algorithm, measured on training data only: the
+measurements behind the practical defaults of the single-pass algorithms (issue 12).
+
+* perturbed-sgd (and distributed-spider; fifth session, results in
+  benchmarks/results/tune_perturbed_sgd.txt): the step eta = 2/M, the practical
+  alpha = max{alpha_scale * Thm 2 alpha, floor} with alpha_scale = 4, mu = 3,
+  drift_steps = 1 and b2 = its noise floor.  The former defaults' rules are the cell
+  '{"alpha_scale": 1, "step_over_M": 1, "mu": 2, "drift_steps": 2}' (their b2 =
+  max{Thm 2 b2, floor} was the floor in every cell measured: see batch2_paper);
+* adaptive-spider (sixth session): alpha_scale 0.7, kappa_scale 2, adaptive_scale 3,
+  diff_clip M/8 (``dpreg info adaptive-spider``, docs/models-learn.md; the 20-seed adult
+  check is ``--data adult --seeds 20``);
+* zo-o2nc and distributed-spider rechecked (sixth session; defaults kept,
+  docs/models-learn.md).
 
 Every cell runs ``dpreg.run`` at eps = 1 (``--epsilon``) with research *tuning* seeds, disjoint from
 the seeds the targets are reported with (0-2 on IJCNN1, 0-4 on adult), and reports
@@ -19,8 +27,10 @@ only training-data quantities - never a test split:
   logistic-nonconvex-reg, training gap, seeds 100-102, with dp-sgd's gap on the
   same seeds as the reference.
 
-    NUMBA_NUM_THREADS=1 nice python benchmarks/tune_perturbed_sgd.py perturbed-sgd \\
+    NUMBA_NUM_THREADS=1 nice python benchmarks/tune_on_training_data.py perturbed-sgd \\
         --data ijcnn1,adult '{}' '{"alpha_scale": 1}' '{"step_over_M": 1}' '{"mu": 2}' ...
+    NUMBA_NUM_THREADS=1 python benchmarks/tune_on_training_data.py adaptive-spider \\
+        --data ijcnn1,adult,synthetic '{}' '{"max_phase": 16, "diff_clip_over_M": 0.25}' ...
 
 A grid cell is a JSON object of ``--param`` values; the extra key ``step_over_M``
 sets the step to c/M and ``diff_clip_over_M`` the O2 clip factor to c M, with M the
@@ -88,12 +98,16 @@ def main():
     ap.add_argument("--data", default="ijcnn1,adult")
     ap.add_argument("--reference", action="store_true", help="recompute dp-sgd's IJCNN1 gap on the tuning seeds")
     ap.add_argument("--epsilon", type=float, default=1.0, help="privacy budget of every run (default 1)")
+    ap.add_argument("--seeds", type=int, default=None,
+                    help="tuning seeds 100 .. 100+N-1 on every data set (default: 6 IJCNN1, 5 adult, 3 synthetic)")
     a = ap.parse_intermixed_args()
     global EPS
     EPS = a.epsilon
     warnings.filterwarnings("ignore")
     for name in a.data.split(","):
         spec = DATA[name]
+        if a.seeds is not None:
+            spec = dict(spec, seeds=range(100, 100 + a.seeds))
         ref = None
         if spec["metric"] == "gap" and (a.reference or name != "ijcnn1" or EPS != 1.0):
             ref = float(np.mean([measure("dp-sgd", spec["kw"], {}, s)[0] for s in spec["seeds"]]))
@@ -118,7 +132,7 @@ def main():
                 head = (f"gap {vals.mean():.4f} ({vals.mean() / ref:.2f}x dp-sgd) "
                         f"[{' '.join(f'{v:.4f}' for v in vals)}]")
             else:
-                head = f"train accuracy {vals.mean():.4f} (min {vals.min():.4f})"
+                head = f"train accuracy {vals.mean():.4f} ± {vals.std():.4f} (min {vals.min():.4f})"
             print(f"{a.algo} {name} eps={EPS:g} {cell}: {head}; iterations {int(np.mean(its))}, escape tests {tests}; "
                   f"{fmt(info)}  [{time.perf_counter() - t:.0f} s]", flush=True)
 
