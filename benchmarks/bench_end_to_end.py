@@ -265,8 +265,6 @@ def race(algo: str, load: int, X=None, y=None, warm_parallel: bool = False) -> d
     pb = Problem(loss, X, y)
     cls = reg.get("algorithm", algo)
     params = bind(cls.params, {}, algo)
-    pb.gradient(np.zeros(pb.d), pb.all_rows[:256])  # compile / load the kernels outside the timing
-    pb.clipped_diff_sum(np.zeros(pb.d), np.zeros(pb.d), None, 1.0)
     if warm_parallel:  # a warm cache: the parallel variants a long run compiles once (Kernel.pick) are there
         pb._k.clipped_sum.parallel  # noqa: B018 (compiles or loads the variant)
 

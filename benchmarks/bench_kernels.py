@@ -189,12 +189,9 @@ def hand_kernel(loss):
     src = src.replace(head, "def _hand_both(X, y, nx, idx, full, w, wp, two, r, rp, clip):")
     ns = dict(vars(K))
     ns["dphi"] = numba.njit(fastmath=_FM)(type(loss).dphi)
-    own = type(loss).dphi_block
-    if isinstance(own, str):
-        import importlib
+    from dpreg.interfaces import _resolve  # the loss's block function, imported from its path if given as one
 
-        mod, _, attr = own.partition(":")
-        own = getattr(importlib.import_module(mod), attr)
+    own = _resolve(type(loss).dphi_block)
     ns["blk"] = numba.njit(fastmath=_FM)(own if own is not None else K._scalar_block)
     exec(compile(src, f"<hand kernel {loss.name}>", "exec"), ns)
     both = numba.njit(parallel=True, fastmath=_FM)(ns["_hand_both"])

@@ -9,19 +9,23 @@ import math
 
 import numpy as np
 import pytest
+from conftest import shared_file, unit_rows
+from dpreg_plugins.algorithms import adaptive_spider as AS
+from dpreg_plugins.algorithms.adaptive_spider import (
+    AdaptiveSpider,
+    default_B,
+    theorem_alpha,
+)
+from dpreg_plugins.algorithms.spider_core import SpiderEstimator, calibrate_noise
+from dpreg_plugins.losses.linear import Logistic, Sigmoid
+from dpreg_plugins.noise.gaussian import GaussianMechanism
+from dpreg_plugins.noise.tree import TreeMechanism
 
 from dpreg.accounting import RdpAccountant
 from dpreg.errors import BudgetExceededError
 from dpreg.interfaces import Participation
 from dpreg.params import bind
 from dpreg.problem import Problem
-from dpreg_plugins.algorithms.adaptive_spider import PRACTICAL, AdaptiveSpider, default_B, theorem_alpha
-from dpreg_plugins.losses.linear import Logistic, Sigmoid
-from dpreg_plugins.noise.gaussian import GaussianMechanism
-from dpreg_plugins.noise.tree import TreeMechanism
-from dpreg_plugins.algorithms.spider_core import SpiderEstimator, calibrate_noise
-
-from conftest import shared_file, unit_rows
 
 NOISES = {"gaussian": GaussianMechanism, "tree": TreeMechanism}
 
@@ -72,7 +76,8 @@ def test_defaults_follow_theorem_3_11():
     algo = AdaptiveSpider(pb, bind(AdaptiveSpider.params, {"noise_aware": "false"}, "x"), noise=TreeMechanism,
                           accountant=RdpAccountant(1.0, 1e-5), seed=0)
     r = algo.resolve()
-    c = PRACTICAL
+    c = {"alpha_scale": AS.ALPHA_SCALE, "kappa_scale": AS.KAPPA_SCALE, "adaptive_scale": AS.ADAPTIVE_SCALE,
+         "diff_clip_over_M": 1.0 / AS.DIFF_CLIP_DIVISOR}
     assert r["alpha"] == pytest.approx(c["alpha_scale"] * thm)
     assert r["kappa"] == pytest.approx(c["kappa_scale"] * max(r["alpha"] * 5 ** 0.5, (math.log(2) * G * M) ** (1 / 3)))
     assert r["b"] == math.ceil(G * (5 ** 0.5 / r["alpha"] + 1 / r["alpha"] ** 2))

@@ -103,9 +103,9 @@ def compile_block(func):
 
     if func is None:
         return linear_model.scalar_block_fn()
-    from .config import jit_loss_fn
+    from .config import jit_scalar
 
-    return jit_loss_fn(linear_model.BLOCK_SIG)(func)
+    return jit_scalar(linear_model.BLOCK_SIG)(func)
 
 
 def compile_psi(func):
@@ -117,6 +117,6 @@ def compile_psi(func):
 
     if func is None:
         return sgd.no_psi
-    from .config import jit_loss_fn
+    from .config import jit_scalar
 
-    return jit_loss_fn(sgd.PSI_SIG)(func)
+    return jit_scalar(sgd.PSI_SIG)(func)

@@ -85,20 +85,14 @@ def jit_serial(signature):
 
 
 def jit_scalar(signature):
-    """Decorator for small scalar helpers (loss derivatives): cached, inlinable."""
+    """Decorator for a loss's compiled helpers, which the kernels call or take
+    as first-class function arguments (scalar derivatives,
+    :data:`dpreg_kernels.linear_model.SCALAR_SIG`; block derivatives,
+    ``BLOCK_SIG``; psi gradients, :data:`dpreg_kernels.sgd.PSI_SIG`): cached,
+    eager, inlinable."""
     # error_model="numpy": a division by zero gives inf/nan (which the kernels
     # clip away) instead of an exception that a first-class function call
     # cannot propagate
-    return numba.njit(signature, fastmath=_FM, cache=CACHE, error_model="numpy")
-
-
-def jit_loss_fn(signature):
-    """Decorator for a loss's compiled helpers passed to the kernels as
-    first-class functions (block derivatives,
-    :data:`dpreg_kernels.linear_model.BLOCK_SIG`; psi gradients,
-    :data:`dpreg_kernels.sgd.PSI_SIG`): cached, eager, numpy error model (as
-    :func:`jit_scalar`: a first-class function call cannot propagate an
-    exception)."""
     return numba.njit(signature, fastmath=_FM, cache=CACHE, error_model="numpy")
 
 

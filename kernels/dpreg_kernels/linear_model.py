@@ -792,7 +792,7 @@ def scalar_block_fn():
     """The block function of a loss that has none (loops over its scalar
     function), compiled on first use."""
     if not _SCALAR_BLOCK:
-        _SCALAR_BLOCK.append(config.jit_loss_fn(BLOCK_SIG)(_scalar_block))
+        _SCALAR_BLOCK.append(config.jit_scalar(BLOCK_SIG)(_scalar_block))
     return _SCALAR_BLOCK[0]
 
 

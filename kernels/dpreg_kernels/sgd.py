@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 from numba import types
 
-from .config import jit_inline, jit_loss_fn
+from .config import jit_inline, jit_scalar
 from .linear_model import BlockFn, Idx, Kernel, Mat, ScalarFn, Vec, _clipped_sum, f8
 from .sparse import _csr_clipped_sum
 
@@ -108,7 +108,7 @@ def _no_psi(w, pp, out):
 
 
 #: the psi gradient of a loss without psi
-no_psi = jit_loss_fn(PSI_SIG)(_no_psi)
+no_psi = jit_scalar(PSI_SIG)(_no_psi)
 _update_i = jit_inline(_update)
 _clipped_sum_i = jit_inline(_clipped_sum)
 _csr_clipped_sum_i = jit_inline(_csr_clipped_sum)

@@ -57,8 +57,9 @@ def _csr_chunks(indptr, idx, full, b, d):
     return nc if nc < cap else cap
 
 
-def _csr_margins(data, indices, indptr, y, w, ib, nb, mv, yv):
-    """``mv[u] = <x_ib[u], w>`` and ``yv[u] = y`` for the stage's ``nb`` rows.
+def _csr_margins(data, indices, indptr, y, w, wp, two, ib, nb, mv, nv, yv):
+    """``mv[u] = <x_ib[u], w>``, ``yv[u] = y`` for the stage's ``nb`` rows and,
+    when ``two`` (O2), ``nv[u] = <x_ib[u], wp>`` in the same pass over the row.
     No software prefetch: the rows of a stage are independent, so the
     out-of-order core overlaps their cache misses; prefetching each row's
     slices 8 rows ahead (which needs its ``indptr`` entries loaded first) made
@@ -66,23 +67,16 @@ def _csr_margins(data, indices, indptr, y, w, ib, nb, mv, yv):
     for u in range(nb):
         i = ib[u]
         m = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            m += data[p] * w[indices[p]]
-        mv[u] = m
-        yv[u] = y[i]
-
-
-def _csr_margins2(data, indices, indptr, y, w, wp, ib, nb, mv, nv, yv):
-    """:func:`_csr_margins` at two points in one pass (``nv[u] = <x, wp>``)."""
-    for u in range(nb):
-        i = ib[u]
-        m = 0.0
         mp = 0.0
-        for p in range(indptr[i], indptr[i + 1]):
-            v = data[p]
-            q = indices[p]
-            m += v * w[q]
-            mp += v * wp[q]
+        if two:
+            for p in range(indptr[i], indptr[i + 1]):
+                v = data[p]
+                q = indices[p]
+                m += v * w[q]
+                mp += v * wp[q]
+        else:
+            for p in range(indptr[i], indptr[i + 1]):
+                m += data[p] * w[indices[p]]
         mv[u] = m
         nv[u] = mp
         yv[u] = y[i]
@@ -127,7 +121,7 @@ def _csr_stage_accumulate(data, indices, indptr, ib, nb, cv, sv, acc):
 
 
 def _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rr, has_r, ek, dphi, blk, clip, clip2, lo, hi,
-               b, acc, sc, isc):
+               acc, sc, isc):
     """Batch positions ``lo..hi`` into ``acc``, a stage of :data:`STAGE` rows at
     a time: margins, the loss's block derivative(s), clip factors,
     accumulation.  ``two`` False: terms ``dphi(<x,w>) x + r`` (O1); True:
@@ -150,15 +144,12 @@ def _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rr, has_r
         nb = s1 - s0
         for t in range(s0, s1):
             ib[t - s0] = t if full else idx[t]
+        _csr_margins(data, indices, indptr, y, w, wp, two, ib, nb, mv, nv, yv)
+        blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bt[:nb], dphi)
         if two:
-            _csr_margins2(data, indices, indptr, y, w, wp, ib, nb, mv, nv, yv)
-            blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bt[:nb], dphi)
             blk(nv[:nb], yv[:nb], mv[:nb], cv[:nb], bt[:nb], dphi)
             for u in range(nb):
                 av[u] = av[u] - mv[u]
-        else:
-            _csr_margins(data, indices, indptr, y, w, ib, nb, mv, yv)
-            blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bt[:nb], dphi)
         cc, kk = _csr_stage_scales(data, indices, indptr, nx, ib, nb, r, rr, has_r, ek, clip, clip2, av, cv, sv)
         cs += cc
         k += kk
@@ -185,7 +176,7 @@ def _csr_clipped_sum(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rp,
     for c in prange(nc):
         lo = c * step
         cs, k = _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, dr, rr, has_r, ek, dphi, blk, clip,
-                           clip * clip, lo, min(b, lo + step), b, part[c], scr[c], iscr[c])
+                           clip * clip, lo, min(b, lo + step), part[c], scr[c], iscr[c])
         part[c, d] = cs
         part[c, d + 1] = k
     return _reduce_parts(part, d, dr, has_r)
@@ -300,7 +291,6 @@ def _csr_clipped_hessian_sum(data, indices, indptr, y, idx, w, d2phi, clip):
 _CSR = (Vec, Idx, Idx)
 _csr_chunks = jit_inline(_csr_chunks)
 _csr_margins = jit_inline(_csr_margins)
-_csr_margins2 = jit_inline(_csr_margins2)
 _csr_stage_scales = jit_inline(_csr_stage_scales)
 _csr_stage_accumulate = jit_inline(_csr_stage_accumulate)
 _csr_chunk = jit_inline(_csr_chunk)
