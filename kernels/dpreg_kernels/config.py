@@ -109,8 +109,8 @@ def jit_inline(func):
 #: workers (0.04 ms on an idle machine, 1-2 ms on a busy one, against ~10 us of
 #: work for a 256 x 22 batch).  Measured on an idle 2-core machine with the
 #: staged kernels (``python benchmarks/bench_sparse.py``, first table, O1 gather
-#: path at d = 22): parallel / serial time 1.20 at 5,632 elements, 0.71 at
-#: 22,528, 0.49 at 90,112; 2^16 leaves a margin above the crossover (it was 2^20
+#: path at d = 22): parallel / serial time 1.24 at 5,632 elements, 0.72 at
+#: 22,528, 0.45 at 360,448; 2^16 leaves a margin above the crossover (it was 2^20
 #: for the former kernels, whose crossover was higher).  On a busy machine
 #: :func:`want_parallel` says serial whatever the work.  ``DPREG_PARALLEL_WORK``
 #: overrides it (0: always parallel when the machine has idle cores).

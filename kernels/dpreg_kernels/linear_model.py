@@ -32,8 +32,9 @@ The hot kernels are O1 (:data:`grad_sum`) and O2 (:data:`diff_sum`), one
 compiled kernel :func:`_clipped_sum`; measured choices (benchmarks/,
 docs/benchmarks.md): stages of up to 64 rows - margins, the loss's block
 derivative with a vectorised ``exp`` (:mod:`dpreg_kernels.vmath`), clip
-factors, accumulation - (IJCNN1 50k x 23, one thread: 25 -> 12 ns per row for
-O1), 4-row blocks within each pass (sampled 4,096 x 1,000: 3.4 -> 2.4 ms),
+factors, accumulation - (IJCNN1 49,990 x 22, one thread: 21 -> 15 ns per row
+for O1, 24.5 -> 15 for O2, against the former per-row kernels;
+docs/benchmarks.md), 4-row blocks within each pass (sampled 4,096 x 1,000: 3.4 -> 2.4 ms),
 precomputed row norms (-13 % at d = 1,000), software prefetch for gathers and
 short rows, no branch inside a vectorised loop (a zero row selected for
 dropped terms, or a per-row full/gather test, made the loops 4x slower),
@@ -155,8 +156,7 @@ def _over(g2, clip2):
 #: of rows, then the loss derivative of the whole stage in one call of the
 #: loss's block function (vectorised ``exp`` for the built-in losses:
 #: :mod:`dpreg_kernels.vmath`), then the clip factors, then accumulate the
-#: stage.  Measured (IJCNN1 50k x 23, logistic, one thread): 25 -> 10 ns per
-#: row for O1; the 4-row blocking of each pass stays.  Stages hold at most
+#: stage (measured: module docstring); the 4-row blocking of each pass stays.  Stages hold at most
 #: STAGE_BYTES of rows so that the accumulation re-reads them from L2.
 STAGE: int = 64
 STAGE_BYTES: int = 1 << 18
