@@ -430,11 +430,11 @@ def _fast_accountant(acc_cls):
             self._cache = curves
 
         if issubclass(acc_cls, RdpAccountant):
-            def _eps_from(self, rdp):
+            def _eps_order(self, rdp):
                 key = (rdp.tobytes(), self.delta)
                 v = eps_memo.get(key)
                 if v is None:
-                    v = eps_memo[key] = super()._eps_from(rdp)
+                    v = eps_memo[key] = super()._eps_order(rdp)
                 return v
 
     Memo.__name__ = acc_cls.__name__
