@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 #: columns every page reads

@@ -11,7 +11,6 @@ import math
 import numpy as np
 import pytest
 
-from dpreg.access import SinglePass
 from dpreg.accounting import RdpAccountant
 from dpreg.errors import BudgetExceededError, DpregError, ParameterError
 from dpreg.params import bind
@@ -316,7 +315,6 @@ def test_selection_release_noise_and_accounting(registry, pb):
 
 
 def test_selection_after_a_run_accepts_a_stationary_point_and_rejects_others(registry, pb):
-    from dpreg.problem import Problem
 
     algo, acc = _algo(registry, "distributed-spider", pb, eps=50.0, clients=2, select="distributed-selection",
                       selection_fraction=0.5, max_steps=3, batch1=200, batch2=100)

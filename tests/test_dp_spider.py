@@ -158,8 +158,8 @@ def test_worst_case_record_moves_increment_at_most_the_sensitivity(relation):
         pb = Problem(Logistic(), Xs, ys)
         est = SpiderEstimator(pb, ExactMechanism, noise_multiplier=1.0, horizon=4,
                               accountant=RecordingAccountant(relation), seed=0, clip=1.0, smoothness=0.25)
-        r1 = est.refresh(w0, rows, Participation.all(), denom=n)
-        r2 = est.update(w1, w0, rows, Participation.all(), denom=n)
+        est.refresh(w0, rows, Participation.all(), denom=n)
+        est.update(w1, w0, rows, Participation.all(), denom=n)
         incs.append((est.mechanism.log[0], est.mechanism.log[1]))
     # neighbours of the data set holding the huge record 7: replace it (replace-one) or remove it
     # (add-remove), same public denominator

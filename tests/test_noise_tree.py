@@ -173,7 +173,8 @@ def test_budget_refused_before_release_and_state_unchanged():
     for _ in range(3):
         ref.charge(gaussian_event(z))
     mech, acc = make(dim=3, z=z, horizon=16, eps=ref.epsilon_spent * 1.0001)
-    rels = [mech.add(np.ones(3), 1.0, Participation.all()) for _ in range(3)]
+    for _ in range(3):
+        mech.add(np.ones(3), 1.0, Participation.all())
     with pytest.raises(BudgetExceededError):
         mech.add(np.ones(3), 1.0, Participation.all())
     assert mech.steps == 3 and acc.n_charges == 3

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpreg.accounting import PldAccountant, RdpAccountant, gaussian_event, pure_dp_event, self_composed
-from dpreg.errors import BudgetExceededError, DpregError, ParameterError
+from dpreg.accounting import RdpAccountant, gaussian_event, self_composed
+from dpreg.errors import BudgetExceededError, ParameterError
 from dpreg.interfaces import Algorithm, RunOutput
 from dpreg.params import bind
 from dpreg.pipeline import RunConfig, run_pipeline

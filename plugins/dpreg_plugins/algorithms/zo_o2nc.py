@@ -264,7 +264,7 @@ class ZoO2NC(Algorithm):
         """Calibrated z: the worst-case record is in one add of one phase (its
         batch), whose exposure is the mechanism's ``record_event(z, horizon,
         "disjoint", ...)``; blocks are disjoint, so nothing composes across k."""
-        T, K = plan["T"], plan["K"]
+        T = plan["T"]
         horizon = T if plan["oracle"] == "vr" else 1  # naive: a fresh phase per step (Alg 6)
         z = self.accountant.calibrate(lambda z: self.noise.record_event(z, horizon, "disjoint", horizon))
         if plan["oracle"] == "vr" and self.p["noise_rule"] == "paper":
