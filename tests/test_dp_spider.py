@@ -16,7 +16,8 @@ from dpreg_plugins.algorithms.dp_spider import DPSpider, spider_plan
 from dpreg_plugins.losses.linear import Logistic
 from dpreg_plugins.noise.gaussian import GaussianMechanism
 from dpreg_plugins.noise.tree import TreeMechanism
-from dpreg_plugins.algorithms.spider_core import RecordingAccountant, SpiderEstimator, calibrate_noise, planned_event
+from dpreg_plugins.algorithms.spider_core import (RecordingAccountant, SpiderEstimator, calibrate_noise, planned_event,
+                                                  prepay)
 
 from conftest import shared_file, unit_rows
 
@@ -44,7 +45,8 @@ def test_calibrated_run_spends_exactly_the_budget(noise, batches):
     out, acc = run_spider(pb, noise, steps=30, phase=5, **batches)
     assert acc.epsilon_spent <= 2.0 * (1 + 1e-9)
     assert acc.epsilon_spent >= 2.0 * 0.995  # the calibrated plan hits the budget
-    assert acc.n_charges == 30  # one charge per add for both mechanisms
+    assert acc.n_charges == 1  # the fixed plan, charged once before the first release
+    assert out.info["releases"] == 30  # ... and every add of both mechanisms checked off against it
     assert out.info["noise_multiplier"] > 0 and np.all(np.isfinite(out.w))
 
 
@@ -112,6 +114,66 @@ def test_planned_event_matches_what_a_run_charges():
                 mech.reset()
             mech.add(np.zeros(2), 1.0, Participation.poisson(0.1 if t % 4 == 0 else 0.05))
         assert RdpAccountant(1e6, 1e-5, "add-remove").epsilon_if(ev) == pytest.approx(acc.epsilon_spent, rel=1e-9)
+
+
+def _release_plan(mechs, T, q, rates):
+    """Make the releases of a SPIDER plan through ``mechs`` (one mechanism, or
+    an O1 one and an O2 one): O1 at rate rates[0] every q steps, O2 between."""
+    o1, o2 = (mechs[0], mechs[-1])
+    for t in range(T):
+        if t % q == 0:
+            if t:
+                o1.reset()
+                if o2 is not o1:
+                    o2.reset()
+            o1.add(np.zeros(2), 1.0, Participation.poisson(rates[0]))
+        else:
+            o2.add(np.zeros(2), 1.0, Participation.poisson(rates[1]))
+
+
+@pytest.mark.parametrize("noise", sorted(NOISES))
+@pytest.mark.parametrize("separate", [False, True])
+def test_prepaid_plan_costs_what_per_release_charges_cost(noise, separate):
+    # one charge of the plan before the first release = the releases charged one by one; every
+    # release is checked off, and one release more is refused before it is made
+    cls, T, q, rates = NOISES[noise], 13, 4, (0.1, 0.05)
+    plan = spider_plan(T, q, Participation.poisson(rates[0]), Participation.poisson(rates[1]))
+    if separate:
+        parts = [(2.0, 1, [(rep, ps[:1]) for rep, ps in plan]), (3.0, q - 1, [(rep, ps[1:]) for rep, ps in plan])]
+    else:
+        parts = [(3.0, q, plan)]
+    per_release = RdpAccountant(1e6, 1e-5, "add-remove")
+    mechs = [cls(dim=2, noise_multiplier=z, horizon=h, accountant=per_release, seed=0) for z, h, _ in parts]
+    _release_plan(mechs, T, q, rates)
+    acc = RdpAccountant(1e6, 1e-5, "add-remove")
+    paid = prepay(acc, cls, parts)
+    assert acc.n_charges == 1 and paid.left() == T
+    assert acc.epsilon_spent == pytest.approx(per_release.epsilon_spent, rel=1e-12)
+    mechs = [cls(dim=2, noise_multiplier=z, horizon=h, accountant=paid, seed=0) for z, h, _ in parts]
+    _release_plan(mechs, T, q, rates)
+    assert paid.released == T and paid.left() == 0 and acc.n_charges == 1
+    steps = mechs[-1].steps
+    with pytest.raises(RuntimeError, match="not in the prepaid plan"):
+        mechs[-1].add(np.zeros(2), 1.0, Participation.poisson(rates[1]))
+    assert mechs[-1].steps == steps and paid.released == T  # refused before the release
+
+
+def test_prepaid_plan_refuses_a_release_it_did_not_plan_and_an_over_budget_plan():
+    plan = spider_plan(8, 4, Participation.poisson(0.1), Participation.poisson(0.05))
+    acc = RdpAccountant(1e6, 1e-5, "add-remove")
+    paid = prepay(acc, GaussianMechanism, [(3.0, 4, plan)])
+    mech = GaussianMechanism(dim=2, noise_multiplier=3.0, horizon=4, accountant=paid, seed=0)
+    for rate in (0.2, 0.1 + 1e-12):  # a larger rate, or any other rate, was not paid for
+        with pytest.raises(RuntimeError, match="not in the prepaid plan"):
+            mech.add(np.zeros(2), 1.0, Participation.poisson(rate))
+    other = GaussianMechanism(dim=2, noise_multiplier=2.9, horizon=4, accountant=paid, seed=0)
+    with pytest.raises(RuntimeError, match="not in the prepaid plan"):  # less noise was not paid for
+        other.add(np.zeros(2), 1.0, Participation.poisson(0.1))
+    assert paid.released == 0 and mech.steps == 0 and other.steps == 0
+    small = RdpAccountant(0.5, 1e-5, "add-remove")
+    with pytest.raises(BudgetExceededError):
+        prepay(small, GaussianMechanism, [(0.5, 4, plan)])
+    assert small.n_charges == 0 and small.epsilon_spent == 0
 
 
 def test_pld_accountant_also_calibrates():

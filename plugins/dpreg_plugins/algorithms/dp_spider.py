@@ -49,7 +49,7 @@ from dpreg.problem import project
 from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
 from .dp_gd import COMMON, plan_noise, resolve_common
-from .spider_core import SpiderEstimator, calibrate_noise, planned_event
+from .spider_core import SpiderEstimator, calibrate_noise, planned_event, prepay
 
 
 def spider_plan(T: int, q: int, p1: Participation, p2: Participation):
@@ -169,8 +169,17 @@ class DPSpider(Algorithm):
             z, z1 = z2, z2 * a1 / a2
         else:
             z = calibrate_noise(self.accountant, self.noise, horizon, plan)
+        # the plan is fixed (T steps, phases, rates, multipliers): all its releases are charged
+        # at once, before the first one, and each release is checked off against it
+        if z1 is None:
+            paid = [(z, horizon, plan)]
+        else:  # O1 by its own mechanism (horizon 1), O2 by the running sum (horizon - 1 adds)
+            o2_plan = [(rep, parts[1:]) for rep, parts in plan if len(parts) > 1]
+            paid = [(z1, 1, [(rep, parts[:1]) for rep, parts in plan])] + \
+                ([(z, max(1, horizon - 1), o2_plan)] if o2_plan else [])
+        prepaid = prepay(self.accountant, self.noise, paid, label=f"dp-spider: {T} steps, charged before the first")
         est = SpiderEstimator(pb, self.noise, noise_multiplier=z, horizon=horizon,
-                              accountant=self.accountant, seed=self.seed_sequence("dp-spider noise"),
+                              accountant=prepaid, seed=self.seed_sequence("dp-spider noise"),
                               clip=clip, smoothness=M,
                               diff_cap=2.0 * clip if self.p["lipschitz_cap"] else None,
                               o1_noise_multiplier=z1,
@@ -209,7 +218,7 @@ class DPSpider(Algorithm):
             "clip": clip, "smoothness": M, "step": step, "clipped_terms": clipped,
             "select_candidates": "every iterate" if traj.keeps_every_iterate else
             f"{len(traj.steps)} evenly spaced checkpoints",
-            "epsilon_spent": self.accountant.epsilon_spent, "trajectory": traj,
+            "releases": prepaid.released, "epsilon_spent": self.accountant.epsilon_spent, "trajectory": traj,
         }
         return RunOutput(out, T, access.used, est.gradient_evaluations, traj.series, info)
 
