@@ -1,18 +1,22 @@
 """Poisson subsampling: ``dpreg.access.poisson_rows_many`` (Geometric gaps
-from exponential draws, O(q n) per sample) against the textbook
-``flatnonzero(rng.random(n) < q)`` (n uniforms per sample) in the same run,
-for 256 samples of IJCNN1's n = 49,990 at dp-spider's O2 rate (0.1) and
-dp-sgd's (256 / n).
+from exponential draws, turned into rows by one compiled pass, O(q n) per
+sample) against the same draws turned into rows by five numpy passes
+(:func:`numpy_gaps`: the arithmetic the compiled pass reproduces bit for bit)
+and against the textbook ``flatnonzero(rng.random(n) < q)`` (n uniforms per
+sample) in the same run, for 256 samples of IJCNN1's n = 49,990 at
+dp-spider's O2 rate (0.1) and dp-sgd's (256 / n).
 
     python -m pytest benchmarks/bench_sampling.py --benchmark-enable
     python benchmarks/bench_sampling.py        # the table: ms per 256 samples, ratio
 
-(A compiled pass turning the draws into rows was tried in the sixth session
-and removed: this script measured it at 6.6-7.6 ms against this function's
-8.8-10.3 ms at q = 0.1, where the exponential draws dominate, and 0.32-0.35
-against 0.45-0.48 ms at q = 256/n - about 3 ms of a 400-step dp-spider run and
-0.5 ms of a 977-step dp-sgd run, for one more kernel to compile on a first run,
-0.12 s.)
+(The compiled pass was removed in the sixth session, when this script measured
+it at 1.3-1.4x the numpy passes on an AMD Zen 5 machine - about 3 ms of a
+400-step dp-spider run - and restored in the eighth, on an Intel Xeon
+(Emerald Rapids) machine, where this script gives 1.38x at q = 0.1 and 1.88x
+at q = 256/n (best of 20 on warm arrays), and inside a 400-step dp-spider run
+on IJCNN1 its sampling went from 26 to 16 ms (~10 % of the run; the arrays
+are cold there).  Its first compile costs 0.12 s, and only a run that draws
+Poisson samples loads it.)
 """
 from __future__ import annotations
 
@@ -32,7 +36,19 @@ def numpy_mask(rng, n, q, k):
     return [np.flatnonzero(rng.random(n) < q) for _ in range(k)]
 
 
-IMPLS = {"geometric-gaps": poisson_rows_many, "numpy-mask": numpy_mask}
+def numpy_gaps(rng, n, q, k):
+    """k samples from the same exponential draws as poisson_rows_many, in
+    numpy passes (gaps, partial sums, mask): its pre-compiled form."""
+    from dpreg.access import geometric_gaps
+
+    mean = q * n
+    block = int(mean + 6.0 * np.sqrt(mean) + 16)
+    pos = np.cumsum(geometric_gaps(rng, q, (k, block), n), axis=1)
+    keep = pos <= n
+    return pos[keep] - 1, keep.sum(axis=1)
+
+
+IMPLS = {"geometric-gaps": poisson_rows_many, "numpy-gaps": numpy_gaps, "numpy-mask": numpy_mask}
 
 
 @pytest.mark.parametrize("rate", list(RATES), ids=["spider-o2", "dp-sgd"])
@@ -57,8 +73,9 @@ def _ms(f, q, reps=20):
 
 
 if __name__ == "__main__":
-    print(f"| rate | geometric gaps (ms / {K} samples) | numpy mask (ms) | mask / gaps |")
-    print("|---|---|---|---|")
+    print(f"| rate | geometric gaps, compiled pass (ms / {K} samples) | same draws, numpy passes (ms) | "
+          "numpy mask (ms) | numpy passes / compiled | mask / compiled |")
+    print("|---|---|---|---|---|---|")
     for name, q in RATES.items():
-        g, m = (_ms(IMPLS[k], q, reps=5 if k == "numpy-mask" else 20) for k in IMPLS)
-        print(f"| {name} | {g:.2f} | {m:.2f} | {m / g:.2f}x |")
+        g, p, m = (_ms(IMPLS[k], q, reps=5 if k == "numpy-mask" else 20) for k in IMPLS)
+        print(f"| {name} | {g:.2f} | {p:.2f} | {m:.2f} | {p / g:.2f}x | {m / g:.2f}x |")

@@ -58,21 +58,30 @@ def poisson_rows_many(rng: np.random.Generator, n: int, q: float, k: int) -> tup
     sums of geometric draws (:func:`geometric_gaps`), minus one, below n: the
     same law as ``flatnonzero(rng.random(n) < q)``.  The draws come as one
     (k, q n + 6 sqrt(q n) + 16) block; a sample whose block ends before n
-    (rare) draws more, after the block.  Every draw is from ``rng``."""
+    (rare) draws more, after the block.  Every draw is from ``rng``; the
+    gaps, partial sums and rows are computed in one compiled pass
+    (:func:`dpreg_kernels.sampling.gaps_to_rows`, the same arithmetic as
+    :func:`geometric_gaps` and ``cumsum``: the same rows for the same draws)."""
+    from dpreg_kernels.sampling import gaps_to_rows
+
     k = int(k)
     mean = q * n
     block = int(mean + 6.0 * math.sqrt(mean) + 16)
-    pos = np.cumsum(geometric_gaps(rng, q, (k, block), n), axis=1)
-    short = np.flatnonzero(pos[:, -1] <= n)
+    lam = -math.log1p(-float(q))
+    E = rng.standard_exponential((k, block))  # geometric_gaps' draws, turned into rows in one compiled pass
+    rows = np.empty(k * block, dtype=np.int64)
+    counts = np.empty(k, dtype=np.int64)
+    last = np.empty(k, dtype=np.int64)
+    gaps_to_rows(E, 1.0 / lam, int(n), rows, counts, last)
+    short = np.flatnonzero(last <= n)
     if short.size == 0:
-        keep = pos <= n
-        counts = keep.sum(axis=1)
-        rows = pos[keep] - 1
+        rows = rows[:int(counts.sum())]
     else:  # rare: some sample's block ended before n; keep drawing for it
+        ends = np.cumsum(counts)
         parts = []
         for i in range(k):
-            p = pos[i]
-            if p[-1] <= n:
+            p = rows[ends[i] - counts[i]:ends[i]] + 1  # positions
+            if last[i] <= n:
                 more = [p]
                 while more[-1][-1] <= n:
                     more.append(more[-1][-1] + np.cumsum(geometric_gaps(rng, q, block, n)))

@@ -113,6 +113,32 @@ def test_resample_poisson_counts_use_and_full_batch():
     assert part.kind == "all" and len(idx) == 500
 
 
+@pytest.mark.parametrize("n,q,k", [(49_990, 0.1, 8), (300, 0.02, 5), (9, 0.9, 6)])
+def test_gaps_to_rows_is_the_numpy_arithmetic(n, q, k):
+    """The compiled pass against the plain-numpy reference on the same draws:
+    gaps floor(min(E / lam, n)) + 1 (geometric_gaps), partial sums, positions
+    <= n minus one, per sample in order; and the block-ran-out flag."""
+    import math
+
+    from dpreg_kernels.sampling import gaps_to_rows
+
+    rng = np.random.default_rng(11)
+    m = int(q * n + 6 * math.sqrt(q * n) + 16)
+    E = rng.standard_exponential((k, m))
+    E[0, : m // 2] = 0.0  # gaps of exactly 1 (every row): this sample's block ends before n
+    lam = -math.log1p(-q)
+    rows, counts, last = np.empty(k * m, dtype=np.int64), np.empty(k, dtype=np.int64), np.empty(k, dtype=np.int64)
+    gaps_to_rows(E, 1.0 / lam, n, rows, counts, last)
+    pos = np.cumsum(np.minimum(E * (1.0 / lam), float(n)).astype(np.int64) + 1, axis=1)
+    want = [p[p <= n] - 1 for p in pos]
+    np.testing.assert_array_equal(counts, [len(r) for r in want])
+    np.testing.assert_array_equal(rows[: counts.sum()], np.concatenate(want))
+    for i in range(k):
+        assert (last[i] <= n) == (pos[i, -1] <= n)
+        if pos[i, -1] <= n:
+            assert last[i] == pos[i, -1]
+
+
 def test_poisson_stream_is_total_independent_samples_and_never_overdraws():
     """Resample.poisson_stream: chunked draws with the per-sample Bernoulli law
     (inclusion q, independence across samples, also across a chunk boundary),
