@@ -439,6 +439,38 @@ def _atom_rdp(relation: str, atom, orders: tuple) -> np.ndarray:
     return curve
 
 
+@functools.lru_cache(maxsize=64)
+def _binomial_terms(int_orders: tuple) -> tuple:
+    """For integer orders alpha: ``(alpha per order, alpha per term, first
+    term of each order, i per term, log C(alpha, i) per term)`` over i = 0..alpha
+    (read-only; they depend on the orders alone, so a calibration search
+    computes them once)."""
+    from scipy import special
+
+    al = np.asarray(int_orders, dtype=np.int64)
+    alpha = np.repeat(al, al + 1).astype(float)
+    starts = np.concatenate(([0], np.cumsum(al + 1)[:-1]))
+    i = (np.arange(alpha.size) - np.repeat(starts, al + 1)).astype(float)
+    log_binom = special.gammaln(alpha + 1) - special.gammaln(i + 1) - special.gammaln(alpha - i + 1)
+    for arr in (al, alpha, starts, i, log_binom):
+        arr.setflags(write=False)
+    return al, alpha, starts, i, log_binom
+
+
+@functools.lru_cache(maxsize=256)
+def _series_coef(frac_orders: tuple, k: int) -> np.ndarray:
+    """``log C(alpha, i)`` (gamma-function form) for fractional orders alpha
+    and i = 0..k-1, shape (orders, k), read-only: the first factor of every
+    term of the erfc series, independent of q and sigma."""
+    from scipy import special
+
+    al = np.asarray(frac_orders, dtype=float)[:, None]
+    i = np.arange(float(k))[None, :]
+    out = special.gammaln(al + 1) - special.gammaln(i + 1) - special.gammaln(al - i + 1)
+    out.setflags(write=False)
+    return out
+
+
 def _sampled_gaussian_rdp_np(q: float, sigma: float, orders: np.ndarray) -> np.ndarray:
     """RDP of the Poisson-subsampled Gaussian mechanism (rate ``q``, noise
     multiplier ``sigma``; ``q = 1``: the plain Gaussian) at ``orders``: the
@@ -462,12 +494,8 @@ def _sampled_gaussian_rdp_np(q: float, sigma: float, orders: np.ndarray) -> np.n
     lq, l1mq, s2 = math.log(q), math.log1p(-q), 2 * sigma ** 2
     ints = np.flatnonzero(np.isfinite(a) & (a == np.floor(a)))
     if ints.size:  # log A_alpha = logsumexp_i [log C(alpha, i) + i log q + (alpha - i) log(1-q) + (i^2 - i)/(2 s^2)]
-        al = a[ints].astype(np.int64)
-        alpha = np.repeat(al, al + 1).astype(float)
-        starts = np.concatenate(([0], np.cumsum(al + 1)[:-1]))
-        i = np.arange(alpha.size) - np.repeat(starts, al + 1)
-        t = (special.gammaln(alpha + 1) - special.gammaln(i + 1) - special.gammaln(alpha - i + 1)
-             + i * lq + (alpha - i) * l1mq + (i * i - i) / s2)
+        al, alpha, starts, i, log_binom = _binomial_terms(tuple(a[ints].tolist()))
+        t = log_binom + i * lq + (alpha - i) * l1mq + (i * i - i) / s2
         m = np.maximum.reduceat(t, starts)
         mr = np.repeat(m, al + 1)
         top = t == mr  # the largest terms contribute exactly 1 each: log1p of the rest keeps tiny curves exact
@@ -481,7 +509,7 @@ def _sampled_gaussian_rdp_np(q: float, sigma: float, orders: np.ndarray) -> np.n
         al = a[frac][:, None]
         i = np.arange(float(k))[None, :]
         j = al - i
-        coef = special.gammaln(al + 1) - special.gammaln(i + 1) - special.gammaln(j + 1)
+        coef = _series_coef(tuple(a[frac].tolist()), k)
         e0 = math.log(0.5) + math.log(2) + special.log_ndtr(-((i - z0) / (math.sqrt(2) * sigma)) * 2 ** 0.5)
         e1 = math.log(0.5) + math.log(2) + special.log_ndtr(-((z0 - j) / (math.sqrt(2) * sigma)) * 2 ** 0.5)
         ls0 = coef + i * lq + j * l1mq + (i * i - i) / s2 + e0
@@ -775,6 +803,26 @@ class _SearchRdp(RdpAccountant):
 
     def _eps_exact(self, build):  # a search answer only: the real accountant checks it exactly
         return self._eps_from(build())
+
+    def _eps_order(self, rdp: np.ndarray) -> tuple[float, float]:
+        """dp-accounting's ``compute_epsilon`` (Proposition 12 of Canonne et
+        al. 2020 and its special cases, the same branches) vectorised over the
+        orders: a search answer, equal to it up to last-bit rounding of the
+        logarithms; every reported epsilon comes from dp-accounting's own."""
+        r = np.asarray(rdp, dtype=float)
+        if not np.any(r):
+            return 0.0, float(self._orders[0])
+        conv = self.__dict__.get("_conv")
+        if conv is None:  # per order: log1p(-1/a) - log(delta a)/(a - 1) where a > 1.01, else inf
+            a = np.asarray(self._orders, dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                conv = np.where(a > 1.01, np.log1p(-1.0 / a) - np.log(self.delta * a) / (a - 1.0), np.inf)
+            self.__dict__["_conv"] = conv
+        with np.errstate(invalid="ignore", over="ignore"):
+            eps = r + conv
+            eps[(r < 0) | (self.delta ** 2 + np.expm1(-r) > 0)] = 0.0  # dp-accounting's two zero cases
+        i = int(np.argmin(eps))
+        return max(0.0, float(eps[i])), float(self._orders[i])
 
     def calibrate(self, make_event, **kw):
         return Accountant.calibrate(self, make_event, **kw)

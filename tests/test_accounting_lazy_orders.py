@@ -108,3 +108,23 @@ def test_a_cold_curve_costs_one_order_not_156():
     acc = RdpAccountant(1.0, 1e-5, "add-remove")
     acc.charge(self_composed(poisson_sampled(q, gaussian_event(z)), 100))
     assert accounting.rdp_cache_info().misses - before <= 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(log_scale=st.floats(-9, 3), tilt=st.floats(-1, 1), delta=st.sampled_from([1e-5, 1e-9, 0.3]),
+       inf_at=st.none() | st.integers(0, len(ORDERS) - 1), zero_from=st.none() | st.integers(0, len(ORDERS) - 1))
+def test_search_conversion_is_dp_accountings(log_scale, tilt, delta, inf_at, zero_from):
+    """The calibration search's vectorised epsilon conversion against
+    dp-accounting's compute_epsilon on curves of every scale and shape (an
+    infinite order, a run of tiny values): the same order, epsilon to 1e-13."""
+    a = np.asarray(ORDERS, dtype=float)
+    rdp = 10.0 ** log_scale * a ** (1 + tilt)
+    if inf_at is not None:
+        rdp[inf_at] = np.inf
+    if zero_from is not None:
+        rdp[zero_from:] = 1e-300
+    search = accounting._SearchRdp.of(RdpAccountant(1.0, delta, "add-remove"))
+    eps, order = search._eps_order(rdp)
+    ref_eps, ref_order = dpa.rdp.rdp_privacy_accountant.compute_epsilon(ORDERS, rdp, delta)
+    assert eps == pytest.approx(ref_eps, rel=1e-13, abs=1e-300)
+    assert order == ref_order or eps == pytest.approx(ref_eps, rel=1e-15)
