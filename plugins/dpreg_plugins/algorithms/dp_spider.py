@@ -64,12 +64,18 @@ def spider_plan(T: int, q: int, p1: Participation, p2: Participation):
     return plan
 
 
+def split_plan(plan):
+    """``(O1 plan, O2 plan)`` of a plan whose O1 and O2 releases are made by
+    separate mechanisms: each phase's first add, and its other adds (phases
+    without O2 adds left out)."""
+    return [(rep, parts[:1]) for rep, parts in plan], [(rep, parts[1:]) for rep, parts in plan if len(parts) > 1]
+
+
 def separate_multipliers(accountant, noise_cls, plan, a1: float, a2: float) -> float:
     """Smallest c for which the plan with O1 released at multiplier c a1 (its own
     mechanism, one add per phase) and O2 at c a2 (the running-sum mechanism,
     ``len(parts) - 1`` adds per phase) fits the accountant's remaining budget."""
-    o1_plan = [(rep, parts[:1]) for rep, parts in plan]
-    o2_plan = [(rep, parts[1:]) for rep, parts in plan if len(parts) > 1]
+    o1_plan, o2_plan = split_plan(plan)
     h2 = max(len(parts) for _, parts in o2_plan)
 
     def event(c):
@@ -174,9 +180,8 @@ class DPSpider(Algorithm):
         if z1 is None:
             paid = [(z, horizon, plan)]
         else:  # O1 by its own mechanism (horizon 1), O2 by the running sum (horizon - 1 adds)
-            o2_plan = [(rep, parts[1:]) for rep, parts in plan if len(parts) > 1]
-            paid = [(z1, 1, [(rep, parts[:1]) for rep, parts in plan])] + \
-                ([(z, max(1, horizon - 1), o2_plan)] if o2_plan else [])
+            o1_plan, o2_plan = split_plan(plan)
+            paid = [(z1, 1, o1_plan)] + ([(z, max(1, horizon - 1), o2_plan)] if o2_plan else [])
         prepaid = prepay(self.accountant, self.noise, paid, label=f"dp-spider: {T} steps, charged before the first")
         est = SpiderEstimator(pb, self.noise, noise_multiplier=z, horizon=horizon,
                               accountant=prepaid, seed=self.seed_sequence("dp-spider noise"),

@@ -1,0 +1,109 @@
+"""Where the run phase of the race goes: ``Algorithm.run`` of an algorithm on
+IJCNN1 (logistic loss, epsilon 1, research seed 0, the race's set-up in
+``bench_end_to_end.race``), split into the clipped-sum calls (the kernels,
+with their Python wrappers), the Poisson sampling (``poisson_rows_many``) and
+the rest (noise, accounting, trajectory, per-step Python), and the same run
+with the kernels and the sampling replaced by instant stand-ins (the
+per-step Python alone; the numbers it computes are meaningless).
+
+    python benchmarks/race_breakdown.py [algo] [--runs K]   # default dp-spider, 10 runs
+
+Prints, per timed run (calibration memoised after the first, untimed run),
+the run time and its parts in ms, fastest five first; then the minimum and
+median of the stand-in run.  Wrappers add ~1 us per call; the parts are
+measured in the same run, so their sum is the run time.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_end_to_end import IJCNN1  # noqa: E402
+
+
+def _setup(algo):
+    from dpreg.params import bind
+    from dpreg.pipeline import load_prepared
+    from dpreg.problem import Problem
+    from dpreg.registry import get_registry
+
+    reg = get_registry()
+    X, y, _, _ = load_prepared(str(IJCNN1), seed=0, labels="binary")
+    pb = Problem(reg.get("loss", "logistic"), X, y)
+    cls = reg.get("algorithm", algo)
+    params = bind(cls.params, {}, algo)
+
+    def once():
+        acc = reg.get("accountant", "rdp")(1.0, 1.0 / pb.n, cls.relation_for(params))
+        noise = reg.get("noise", "gaussian") if cls.uses_noise else None
+        a = cls(pb, params, noise=noise, accountant=acc, seed=0)
+        t0 = time.perf_counter()
+        a.run()
+        return time.perf_counter() - t0
+
+    return pb, once
+
+
+def breakdown(algo: str = "dp-spider", runs: int = 10):
+    """(list of (run, kernels, sampling) seconds per timed run, stand-in run times)."""
+    import dpreg.access as access
+
+    pb, once = _setup(algo)
+    parts = {"kernels": 0.0, "sampling": 0.0}
+
+    def timed(f, key):
+        def g(*a, **k):
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                parts[key] += time.perf_counter() - t
+        return g
+
+    grad, diff, sample = pb.clipped_grad_sum, pb.clipped_diff_sum, access.poisson_rows_many
+    pb.clipped_grad_sum, pb.clipped_diff_sum = timed(grad, "kernels"), timed(diff, "kernels")
+    access.poisson_rows_many = timed(sample, "sampling")
+    try:
+        once()  # loads the kernels, memoises the calibration
+        rows = []
+        for _ in range(runs):
+            parts["kernels"] = parts["sampling"] = 0.0
+            t = once()
+            rows.append((t, parts["kernels"], parts["sampling"]))
+        # the per-step Python alone: kernels return zeros, samples are drawn once and replayed
+        zeros = np.zeros(pb.d)
+        pb.clipped_grad_sum = lambda *a, **k: (zeros, 0)
+        pb.clipped_diff_sum = lambda *a, **k: (zeros, 0)
+        memo = {}
+
+        def replay(rng, n, q, k):
+            key = (n, q, k)
+            if key not in memo:
+                memo[key] = sample(rng, n, q, k)
+            return memo[key]
+
+        access.poisson_rows_many = replay
+        once()
+        bare = sorted(once() for _ in range(runs))
+    finally:
+        pb.clipped_grad_sum, pb.clipped_diff_sum, access.poisson_rows_many = grad, diff, sample
+    return sorted(rows), bare
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 10
+    algo = next((a for a in args if not a.isdigit()), "dp-spider")
+    rows, bare = breakdown(algo, runs)
+    print(f"{algo} on IJCNN1, {runs} timed runs (fastest five):")
+    print("| run (ms) | clipped sums (ms) | sampling (ms) | rest (ms) |")
+    print("|---|---|---|---|")
+    for t, k, s in rows[:5]:
+        print(f"| {t * 1e3:.1f} | {k * 1e3:.1f} | {s * 1e3:.1f} | {(t - k - s) * 1e3:.1f} |")
+    print(f"per-step Python alone (instant kernels and sampling): min {bare[0] * 1e3:.1f} ms, "
+          f"median {bare[len(bare) // 2] * 1e3:.1f} ms")
