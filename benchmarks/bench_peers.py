@@ -14,8 +14,8 @@ samples and noise; the work per step is the same.
   the Poisson batch padded to a multiple of 64 rows (masked) so one shape
   compiles for many steps.
 
-The peers are optional benchmark dependencies (``pip install opacus`` /
-``pip install jax``): a missing one is skipped, never required.
+The peers are optional benchmark dependencies (``pip install -e ".[peers]"``, or
+one of them alone): a missing one is skipped, never required.
 ``python benchmarks/bench_peers.py`` prints the table (markdown).
 """
 from __future__ import annotations
