@@ -282,7 +282,7 @@ def tables(rec) -> str:
     groups: dict = {}
     for r in runs:
         groups.setdefault((r["eps"], r["method"]), []).append(r)
-    lines += ["| eps | method | steps | alpha (sqrt(rho alpha)) | returned the saddle | left (F <= F(0)/2) | alpha-SOSP | "
+    lines += ["| eps | method | steps | alpha tested (sqrt(rho alpha)) | returned the saddle | left (F <= F(0)/2) | alpha-SOSP | "
               "F/F(0) | lambda_min | abs cos(w, w*) | abs grad F | selected step |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (eps, method), rs in groups.items():
@@ -294,6 +294,9 @@ def tables(rec) -> str:
         sel = [r["selection"] for r in rs]
         sel_s = ("-" if sel[0] is None else ", ".join("last" if s["fallback_to_last"] else str(s["step"])
                                                       for s in sel))
+        ran = sorted({r["run_alpha"] for r in rs if r.get("run_alpha") is not None and r["run_alpha"] != al})
+        if ran:  # the run's own alpha differs from the one its output is tested at: say so in the row
+            method = f"{method}, ran at alpha {ran[0]:.3g}" + (f" .. {ran[-1]:.3g}" if len(ran) > 1 else "")
         lines.append(f"| {eps:g} | {method} | {rng('iterations', 'd')} | {al:.3g} ({math.sqrt(rec['constants'][2] * al):.2f}) | "
                      f"{sum(r['is_saddle'] for r in rs)}/{len(rs)} | {sum(r['left'] for r in rs)}/{len(rs)} | "
                      f"{sum(r['alpha_sosp'] for r in rs)}/{len(rs)} | {rng('loss_ratio', '.3f')} | "
