@@ -21,7 +21,8 @@ so an edited or replaced file is parsed again, and a renamed or copied one is
 not.  Set ``DPREG_DATA_CACHE=0`` to disable it (nothing read or written).  A
 cache entry that cannot be read is ignored and rewritten; an unwritable cache
 directory only costs the speed-up.  The cache holds a copy of the data: treat
-the directory with the data's own confidentiality.
+the directory with the data's own confidentiality (it also holds the
+diagnostics' non-private optima, :func:`cache_root`).
 
 Index base and feature count are applied after the (cached) parse, so they
 never change the cache key: ``zero_based="auto"`` takes the file as one-based
@@ -45,16 +46,27 @@ DENSE_MEMORY_FRACTION = 0.5
 _CACHE_FORMAT = 1
 
 
-def cache_dir() -> Path | None:
-    """The parsed-array cache directory, or None when disabled
-    (``DPREG_DATA_CACHE=0``)."""
+def cache_root() -> Path | None:
+    """The user data cache directory - ``$DPREG_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/dpreg``, else ``~/.cache/dpreg`` - or None when the data
+    caches are disabled (``DPREG_DATA_CACHE=0``).  It holds the parsed-array
+    cache (``svmlight/``) and the diagnostics' non-private optima
+    (``optima/``, :func:`dpreg.pipeline.nonprivate_optimum`): both are
+    functions of the data, to be kept with the data's own confidentiality."""
     if os.environ.get("DPREG_DATA_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     root = os.environ.get("DPREG_CACHE_DIR")
     if not root:
         xdg = os.environ.get("XDG_CACHE_HOME")
         root = os.path.join(xdg, "dpreg") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "dpreg")
-    return Path(root) / "svmlight"
+    return Path(root)
+
+
+def cache_dir() -> Path | None:
+    """The parsed-array cache directory, or None when disabled
+    (``DPREG_DATA_CACHE=0``)."""
+    root = cache_root()
+    return None if root is None else root / "svmlight"
 
 
 def content_hash(path: str) -> str:

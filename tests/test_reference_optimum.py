@@ -1,5 +1,6 @@
-"""The non-private reference optimum of the diagnostics is solved once per
-process for the same data and loss (dpreg.pipeline._OPTIMA), and again for
+"""The non-private reference optimum of the diagnostics is solved once for
+the same data and loss - kept in the process (dpreg.pipeline._OPTIMA) and in
+the user data cache (optima/ beside the parsed-array cache) - and again for
 anything that changes it."""
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from dpreg.problem import Problem
 
 
 @pytest.fixture
-def solves(monkeypatch):
+def solves(monkeypatch, tmp_path):
+    monkeypatch.setenv("DPREG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DPREG_DATA_CACHE", raising=False)
     calls = []
     real = pipeline._solve_optimum
 
@@ -62,3 +65,45 @@ def test_anything_that_changes_the_reference_is_solved_again(solves):
     assert len(solves) == 6
     w_default = pipeline.nonprivate_optimum(Problem(LogisticNonconvexReg(), X, y))
     assert len(solves) == 6 and not np.allclose(w_reg, w_default)
+
+
+def test_the_next_process_reads_the_optimum_from_the_user_cache(solves, tmp_path):
+    X, y = data()
+    w1 = pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
+    files = list((tmp_path / "cache" / "optima").glob("*.npy"))
+    assert len(solves) == 1 and len(files) == 1
+    pipeline._OPTIMA.clear()  # a new process: nothing in memory
+    w2 = pipeline.nonprivate_optimum(Problem(Logistic(), X.copy(), y.copy()))
+    assert len(solves) == 1  # read from disk, not solved
+    np.testing.assert_array_equal(w2, w1)
+
+
+def test_a_corrupt_or_foreign_cache_file_is_solved_again_and_replaced(solves, tmp_path):
+    X, y = data()
+    w1 = pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
+    (f,) = (tmp_path / "cache" / "optima").glob("*.npy")
+    for bad in (b"not an array", None):
+        pipeline._OPTIMA.clear()
+        if bad is None:
+            np.save(f, np.full(X.shape[1] + 1, 0.5))  # a well-formed array of the wrong shape
+        else:
+            f.write_bytes(bad)
+        w = pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
+        np.testing.assert_array_equal(w, w1)
+        np.testing.assert_array_equal(np.load(f), w1)  # rewritten
+    assert len(solves) == 3
+
+
+def test_disabled_or_unwritable_cache_costs_only_the_speed_up(solves, tmp_path, monkeypatch):
+    X, y = data()
+    monkeypatch.setenv("DPREG_DATA_CACHE", "0")
+    w1 = pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
+    assert not (tmp_path / "cache").exists()  # nothing written
+    monkeypatch.delenv("DPREG_DATA_CACHE")
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("DPREG_CACHE_DIR", str(blocker))
+    pipeline._OPTIMA.clear()
+    w2 = pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
+    np.testing.assert_array_equal(w2, w1)
+    assert len(solves) == 2
