@@ -572,10 +572,10 @@ _OPTIMUM_FORMAT = 1
 
 
 def _optimum_file(key: bytes):
-    """Where the optimum of ``key`` is kept on disk: ``optima/<key>.npy`` in
-    the user data cache (:func:`dpreg.svmlight.cache_root`), or None when the
-    data caches are disabled (``DPREG_DATA_CACHE=0``)."""
-    from .svmlight import cache_root
+    """Where the optimum of ``key`` is kept on disk: ``optima/<key>.npy`` in the
+    user data cache (:mod:`dpreg.usercache`), or None when the data caches
+    are disabled (``DPREG_DATA_CACHE=0``)."""
+    from .usercache import cache_root
 
     root = cache_root()
     return None if root is None else root / "optima" / f"{key.hex()}.npy"
@@ -590,22 +590,10 @@ def _read_optimum(file, d: int):
 
 
 def _write_optimum(file, w) -> None:
-    """Atomically (a temporary file, then a rename); an unwritable cache only
-    costs the speed-up."""
-    import tempfile
+    from .usercache import write_atomic
 
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".npy")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.save(fh, np.ascontiguousarray(w, dtype=np.float64), allow_pickle=False)
-            os.replace(tmp, file)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError:
-        pass
+    write_atomic(file, lambda fh: np.save(fh, np.ascontiguousarray(w, dtype=np.float64), allow_pickle=False),
+                 suffix=".npy")
 
 
 def nonprivate_optimum(problem, max_iter: int = 200):

@@ -22,7 +22,7 @@ not.  Set ``DPREG_DATA_CACHE=0`` to disable it (nothing read or written).  A
 cache entry that cannot be read is ignored and rewritten; an unwritable cache
 directory only costs the speed-up.  The cache holds a copy of the data: treat
 the directory with the data's own confidentiality (it also holds the
-diagnostics' non-private optima, :func:`cache_root`).
+diagnostics' non-private optima: :mod:`dpreg.usercache`).
 
 Index base and feature count are applied after the (cached) parse, so they
 never change the cache key: ``zero_based="auto"`` takes the file as one-based
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -46,25 +45,11 @@ DENSE_MEMORY_FRACTION = 0.5
 _CACHE_FORMAT = 1
 
 
-def cache_root() -> Path | None:
-    """The user data cache directory - ``$DPREG_CACHE_DIR``, else
-    ``$XDG_CACHE_HOME/dpreg``, else ``~/.cache/dpreg`` - or None when the data
-    caches are disabled (``DPREG_DATA_CACHE=0``).  It holds the parsed-array
-    cache (``svmlight/``) and the diagnostics' non-private optima
-    (``optima/``, :func:`dpreg.pipeline.nonprivate_optimum`): both are
-    functions of the data, to be kept with the data's own confidentiality."""
-    if os.environ.get("DPREG_DATA_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
-        return None
-    root = os.environ.get("DPREG_CACHE_DIR")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = os.path.join(xdg, "dpreg") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "dpreg")
-    return Path(root)
-
-
 def cache_dir() -> Path | None:
     """The parsed-array cache directory, or None when disabled
     (``DPREG_DATA_CACHE=0``)."""
+    from .usercache import cache_root
+
     root = cache_root()
     return None if root is None else root / "svmlight"
 
@@ -99,20 +84,11 @@ def _read_cache(file: Path):
 
 
 def _write_cache(file: Path, parts) -> bool:
-    try:
-        file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                data, indices, indptr, y = parts
-                np.savez(fh, format=np.int64(_CACHE_FORMAT), data=data, indices=indices, indptr=indptr, y=y)
-            os.replace(tmp, file)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        return True
-    except OSError:
-        return False
+    from .usercache import write_atomic
+
+    data, indices, indptr, y = parts
+    return write_atomic(file, lambda fh: np.savez(fh, format=np.int64(_CACHE_FORMAT), data=data, indices=indices,
+                                                  indptr=indptr, y=y), suffix=".npz")
 
 
 def _available_memory() -> int:

@@ -1,0 +1,50 @@
+"""The user data cache: where dpreg keeps what it derives from a data set to
+save time on the next run - the parsed arrays of svmlight files
+(``svmlight/``, :mod:`dpreg.svmlight`) and the diagnostics' non-private
+optima (``optima/``, :func:`dpreg.pipeline.nonprivate_optimum`).
+
+The directory is ``$DPREG_CACHE_DIR``, else ``$XDG_CACHE_HOME/dpreg``, else
+``~/.cache/dpreg``; ``DPREG_DATA_CACHE=0`` disables these caches (nothing
+read or written).  Everything in it is a function of the data: keep it with
+the data's own confidentiality.  Entries are keyed by content, written
+atomically, and an unreadable entry is recomputed; an unwritable directory
+only costs the speed-up.  (Compiled kernels go to ``<root>/numba`` only when
+the install is read-only: :mod:`dpreg_kernels`.)
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+
+def cache_root() -> Path | None:
+    """The user data cache directory, or None when disabled (``DPREG_DATA_CACHE=0``)."""
+    if os.environ.get("DPREG_DATA_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    root = os.environ.get("DPREG_CACHE_DIR")
+    if not root:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        root = os.path.join(xdg, "dpreg") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "dpreg")
+    return Path(root)
+
+
+def write_atomic(file: Path, write: Callable, suffix: str = "") -> bool:
+    """Write ``file`` through ``write(binary file object)`` into a temporary
+    file in the same directory, then rename it over ``file``: a reader never
+    sees a partial entry.  Returns False (and leaves nothing behind) when the
+    directory cannot be created or written."""
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=suffix)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                write(fh)
+            os.replace(tmp, file)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        return True
+    except OSError:
+        return False
