@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 
 import click
@@ -21,21 +22,31 @@ def user_errors(f):
 
     @functools.wraps(f)
     def wrapper(*a, **kw):
+        from . import interrupts
+
         try:
-            return f(*a, **kw)
+            with interrupts.watching():
+                return f(*a, **kw)
         except DpregError as exc:
+            if interrupts.interrupted():
+                _exit_interrupted()
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
-            click.echo("interrupted; no output written", err=True)
-            sys.exit(130)
-        except SystemError as exc:  # Ctrl-C inside a compiled kernel arrives wrapped
-            if _interrupted(exc):
-                click.echo("interrupted; no output written", err=True)
-                sys.exit(130)
+            _exit_interrupted()
+        except Exception as exc:
+            # Ctrl-C inside compiled code can arrive wrapped (SystemError) or be swallowed and
+            # resurface as another failure (numba's RuntimeError on a half-built kernel)
+            if interrupts.interrupted() or _interrupted(exc):
+                _exit_interrupted()
             raise
 
     return wrapper
+
+
+def _exit_interrupted():
+    click.echo("interrupted; no output written", err=True)
+    sys.exit(130)
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -261,6 +272,9 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
 
             click.echo("\n" + render(record["release"]))
     if out is not None:
+        from .interrupts import check
+
+        check()  # no record after a Ctrl-C, even one a compiled call dropped
         try:
             write_atomic(out, text)
         except OSError as exc:
@@ -525,6 +539,14 @@ def main(argv=None):
     except DpregError as exc:  # errors raised while building commands
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except SystemExit as exc:
+        if exc.code == 130:  # interrupted: a Ctrl-C in the middle of LLVM code generation can leave
+            # llvmlite in a state that crashes the interpreter's shutdown (measured: SIGSEGV after
+            # the message), so leave without it; no output file is open (writes are atomic)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

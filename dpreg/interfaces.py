@@ -340,6 +340,22 @@ class RunOutput:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def _checked_progress(progress: Callable[[int, int], None] | None) -> Callable[[int, int], None]:
+    """The progress callback an algorithm calls at every step, preceded by
+    :func:`dpreg.interrupts.check`: a Ctrl-C that a compiled call swallowed
+    still stops the run at the next step."""
+    from .interrupts import check
+
+    if progress is None:
+        def report(step, total):
+            check()
+    else:
+        def report(step, total):
+            check()
+            progress(step, total)
+    return report
+
+
 class Algorithm(ABC):
     """An outer loop.  Subclasses declare ``params`` (documented
     :class:`ParamSpec` s), ``paper`` (file and algorithm number it implements),
@@ -411,7 +427,7 @@ class Algorithm(ABC):
         self.seed = secret_seed(seed)
         #: whether the randomness is reproducible from a user-given seed
         self.seeded = seed is not None
-        self.progress = progress or (lambda step, total: None)
+        self.progress = _checked_progress(progress)
 
     def seed_sequence(self, stream: str) -> np.random.SeedSequence:
         """The SeedSequence of a named stream, derived from the run's secret

@@ -450,6 +450,9 @@ def run_pipeline(cfg: RunConfig) -> dict:
                                              {"total_s": time.perf_counter() - t_start, "data_s": t_data,
                                               "compile_s": t_compile, "run_s": t_run})
     if cfg.out is not None and cfg.write_record:
+        from .interrupts import check
+
+        check()  # no record after a Ctrl-C, even one a compiled call dropped
         write_atomic(cfg.out, to_json(record))
     return record
 
@@ -590,10 +593,9 @@ def _read_optimum(file, d: int):
 
 
 def _write_optimum(file, w) -> None:
-    from .usercache import write_atomic
+    from .usercache import store
 
-    write_atomic(file, lambda fh: np.save(fh, np.ascontiguousarray(w, dtype=np.float64), allow_pickle=False),
-                 suffix=".npy")
+    store(file, lambda fh: np.save(fh, np.ascontiguousarray(w, dtype=np.float64), allow_pickle=False))
 
 
 def nonprivate_optimum(problem, max_iter: int = 200):
@@ -643,7 +645,7 @@ def _solve_optimum(problem, max_iter: int):
 
 def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selection, scaling_info,
                  timing) -> dict:
-    from . import metrics
+    from . import interrupts, metrics
 
     t0 = time.perf_counter()
     alpha = cfg.alpha
@@ -658,6 +660,7 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
             with np.errstate(all="ignore"):
                 return f()
         except Exception as exc:  # noqa: BLE001
+            interrupts.check()  # a failure that follows a dropped Ctrl-C ends the run as interrupted
             errors.append(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return None
 

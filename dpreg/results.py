@@ -80,11 +80,12 @@ def free_name(path: str) -> str:
     return f"{stem}-{k}{suffix}"
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and rename: a reader sees
-    the whole record or nothing, and a failure leaves no partial file.  A
-    replaced file keeps its permission bits; a non-regular file is never
-    replaced (DpregError)."""
+def write_atomic(path: str, text) -> None:
+    """Write ``text`` (a str, written with a final newline, or a function
+    that writes bytes to the binary file object it is given) to ``path`` via a
+    temporary file and rename: a reader sees the whole file or nothing, and a
+    failure leaves no partial file.  A replaced file keeps its permission bits;
+    a non-regular file is never replaced (DpregError)."""
     d = os.path.dirname(os.path.abspath(path)) or "."
     mode = None
     if os.path.lexists(path):
@@ -93,9 +94,13 @@ def write_atomic(path: str, text: str) -> None:
         mode = os.stat(path).st_mode & 0o7777
     fd, tmp = tempfile.mkstemp(prefix=".dpreg-", suffix=".tmp", dir=d)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.write("\n")
+        if callable(text):
+            with os.fdopen(fd, "wb") as fh:
+                text(fh)
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.write("\n")
         os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:

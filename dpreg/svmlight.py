@@ -84,11 +84,11 @@ def _read_cache(file: Path):
 
 
 def _write_cache(file: Path, parts) -> bool:
-    from .usercache import write_atomic
+    from .usercache import store
 
     data, indices, indptr, y = parts
-    return write_atomic(file, lambda fh: np.savez(fh, format=np.int64(_CACHE_FORMAT), data=data, indices=indices,
-                                                  indptr=indptr, y=y), suffix=".npz")
+    return store(file, lambda fh: np.savez(fh, format=np.int64(_CACHE_FORMAT), data=data, indices=indices,
+                                                  indptr=indptr, y=y))
 
 
 def _available_memory() -> int:

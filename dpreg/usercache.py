@@ -14,7 +14,6 @@ the install is read-only: :mod:`dpreg_kernels`.)
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -30,21 +29,17 @@ def cache_root() -> Path | None:
     return Path(root)
 
 
-def write_atomic(file: Path, write: Callable, suffix: str = "") -> bool:
-    """Write ``file`` through ``write(binary file object)`` into a temporary
-    file in the same directory, then rename it over ``file``: a reader never
-    sees a partial entry.  Returns False (and leaves nothing behind) when the
+def store(file: Path, write: Callable) -> bool:
+    """Write a cache entry through ``write(binary file object)`` with
+    :func:`dpreg.results.write_atomic` (a reader never sees a partial entry),
+    creating its directory; False (and nothing left behind) when the
     directory cannot be created or written."""
+    from .errors import DpregError
+    from .results import write_atomic as replace_atomically
+
     try:
         file.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=file.parent, prefix=".tmp-", suffix=suffix)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                write(fh)
-            os.replace(tmp, file)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        replace_atomically(str(file), write)
         return True
-    except OSError:
+    except (OSError, DpregError):
         return False
