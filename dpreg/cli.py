@@ -22,13 +22,14 @@ def user_errors(f):
 
     @functools.wraps(f)
     def wrapper(*a, **kw):
-        from . import interrupts
+        from .interrupts import watching
 
+        watch = watching()
         try:
-            with interrupts.watching():
+            with watch:
                 return f(*a, **kw)
         except DpregError as exc:
-            if interrupts.interrupted():
+            if watch.hit:
                 _exit_interrupted()
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
@@ -37,7 +38,7 @@ def user_errors(f):
         except Exception as exc:
             # Ctrl-C inside compiled code can arrive wrapped (SystemError) or be swallowed and
             # resurface as another failure (numba's RuntimeError on a half-built kernel)
-            if interrupts.interrupted() or _interrupted(exc):
+            if watch.hit or _interrupted(exc):
                 _exit_interrupted()
             raise
 

@@ -7,15 +7,14 @@ and dropped: measured on a first run, a Ctrl-C in that window either went
 unnoticed (the run went on to its end) or left numba's half-built library to
 fail later with a RuntimeError and a traceback.
 
-:func:`watching` installs a handler that records the interrupt before raising
+:class:`watching` installs a handler that records the interrupt before raising
 it, so it survives being dropped: :func:`check` (called at every step's
 progress report, :class:`dpreg.interfaces.Algorithm`) raises it again, and
-:func:`interrupted` lets the command line tell an interrupt from a crash
-whatever exception it arrived as.
+the block's :attr:`watching.hit` lets the command line tell an interrupt from a
+crash whatever exception it arrived as.
 """
 from __future__ import annotations
 
-import contextlib
 import signal
 import sys
 import threading
@@ -29,7 +28,7 @@ def _handler(signum, frame):
 
 
 def interrupted() -> bool:
-    """Whether a Ctrl-C arrived while :func:`watching`."""
+    """Whether a Ctrl-C arrived in the current :class:`watching` block."""
     return _hit[0]
 
 
@@ -48,20 +47,31 @@ def _unraisable(previous):
     return hook
 
 
-@contextlib.contextmanager
-def watching():
-    """Record Ctrl-C for the duration (main thread only; elsewhere a no-op),
-    including one a callback drops: it is not printed as an ignored exception
-    with its traceback, it is remembered."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    _hit[0] = False
-    previous = signal.signal(signal.SIGINT, _handler)
-    previous_hook = sys.unraisablehook
-    sys.unraisablehook = _unraisable(previous_hook)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        sys.unraisablehook = previous_hook
+class watching:
+    """Record Ctrl-C for the duration of a ``with`` block (main thread only;
+    elsewhere a no-op), including one a callback drops: it is not printed as
+    an ignored exception with its traceback, it is remembered.  On exit the
+    block's outcome is kept in :attr:`hit` and the process-wide record is
+    cleared, so a later run in the same process (a notebook, a test) starts
+    clean."""
+
+    def __init__(self):
+        self.hit = False
+        self._active = False
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._active = True
+            _hit[0] = False
+            self._previous = signal.signal(signal.SIGINT, _handler)
+            self._previous_hook = sys.unraisablehook
+            sys.unraisablehook = _unraisable(self._previous_hook)
+        return self
+
+    def __exit__(self, *exc):
+        if self._active:
+            signal.signal(signal.SIGINT, self._previous)
+            sys.unraisablehook = self._previous_hook
+            self.hit = _hit[0]
+            _hit[0] = False
+        return False

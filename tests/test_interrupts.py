@@ -34,7 +34,7 @@ def _dropping_callback():
 
 def test_an_interrupt_dropped_by_a_callback_is_remembered_not_printed(capfd):
     cb = _dropping_callback()
-    with interrupts.watching():
+    with interrupts.watching() as watch:
         assert not interrupts.interrupted()
         cb()  # returns: the exception was dropped
         assert interrupts.interrupted()
@@ -42,15 +42,18 @@ def test_an_interrupt_dropped_by_a_callback_is_remembered_not_printed(capfd):
             interrupts.check()
     assert "Traceback" not in capfd.readouterr().err
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
+    assert watch.hit and not interrupts.interrupted()  # kept by the block, cleared for the process
+    interrupts.check()  # a later run in the same process starts clean
 
 
 def test_a_real_sigint_inside_watching_is_recorded_and_raised():
-    with interrupts.watching():
+    with interrupts.watching() as watch:
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(10**7):  # the handler runs at the next bytecode
                 pass
         assert interrupts.interrupted()
+    assert watch.hit
 
 
 def _problem():
