@@ -202,12 +202,14 @@ def _grad_sum(X, y, idx, full, w, h, kind, clip):
             xi = X[i]
             o, xx = _forward(w, xi, h, p, kind, z, a, s1)
             e = _ldphi(o, y[i])
+            for k in range(h):
+                su[k] = e * w[ov + k] * s1[k]
+            # the sums in a loop that stores nothing: LLVM vectorises it without a run-time
+            # overlap check, so their order never depends on where the scratch arrays lie
             uu = 0.0
             aa = 0.0
             for k in range(h):
-                u = e * w[ov + k] * s1[k]
-                su[k] = u
-                uu += u * u
+                uu += su[k] * su[k]
                 aa += a[k] * a[k]
             g2 = uu * (xx + 1.0) + e * e * (aa + 1.0)
             if not g2 <= clip2:
@@ -265,15 +267,14 @@ def _diff_sum(X, y, idx, full, w, wp, h, kind, clip):
             oq, _ = _forward(wp, xi, h, p, kind, zq, aq, s1q)
             e = _ldphi(o, y[i])
             eq = _ldphi(oq, y[i])
-            uu = 0.0
+            for k in range(h):
+                su[k] = e * w[ov + k] * s1[k] - eq * wp[ov + k] * s1q[k]
+                sea[k] = e * a[k] - eq * aq[k]
+            uu = 0.0  # sums in a loop that stores nothing (see _grad_sum)
             vv = 0.0
             for k in range(h):
-                u = e * w[ov + k] * s1[k] - eq * wp[ov + k] * s1q[k]
-                su[k] = u
-                uu += u * u
-                q = e * a[k] - eq * aq[k]
-                sea[k] = q
-                vv += q * q
+                uu += su[k] * su[k]
+                vv += sea[k] * sea[k]
             de = e - eq
             g2 = uu * (xx + 1.0) + vv + de * de
             if not g2 <= clip2:
