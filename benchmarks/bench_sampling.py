@@ -13,10 +13,14 @@ dp-spider's O2 rate (0.1) and dp-sgd's (256 / n).
 it at 1.3-1.4x the numpy passes on an AMD Zen 5 machine - about 3 ms of a
 400-step dp-spider run - and restored in the eighth, on an Intel Xeon
 (Emerald Rapids) machine, where this script gives 1.38x at q = 0.1 and 1.88x
-at q = 256/n (best of 20 on warm arrays), and inside a 400-step dp-spider run
-on IJCNN1 its sampling went from 26 to 16 ms (~10 % of the run; the arrays
-are cold there).  Its first compile costs 0.12 s, and only a run that draws
-Poisson samples loads it.)
+at q = 256/n (best of 20 on warm arrays); inside a 400-step dp-spider run on
+IJCNN1 (``python benchmarks/race_breakdown.py dp-spider``, sampling column)
+27-29 ms became 16-17 ms.  Compiling it took 0.61-0.72 s of CPU and loading
+it from the cache 0.39-0.41 s, both with numba's first-use set-up in the
+process: ``NUMBA_CACHE_DIR=<empty> python -c "import time, numba,
+dpreg_kernels.config; t = time.process_time(); import dpreg_kernels.sampling;
+print(time.process_time() - t)"``, twice.  Only a run that draws Poisson
+samples loads it.)
 """
 from __future__ import annotations
 

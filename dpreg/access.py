@@ -41,10 +41,16 @@ def geometric_gaps(rng: np.random.Generator, q: float, size, cap: int) -> np.nda
     draws of ``rng.geometric``, which takes a logarithm per draw.  The cap
     (any gap past it ends a sample of ``range(cap)`` anyway) keeps the
     conversion to int64 exact for tiny q."""
-    lam = -math.log1p(-float(q))
-    e = rng.standard_exponential(size) * (1.0 / lam)
+    e = rng.standard_exponential(size) * _inv_lam(q)
     np.minimum(e, float(cap), out=e)
     return e.astype(np.int64) + 1
+
+
+def _inv_lam(q: float) -> float:
+    """``1 / -log(1 - q)``: the scale that turns a standard exponential into
+    a Geometric(q) gap (:func:`geometric_gaps`, and the compiled pass of
+    :func:`poisson_rows_many`, which must agree with it bit for bit)."""
+    return 1.0 / -math.log1p(-float(q))
 
 
 def poisson_rows_many(rng: np.random.Generator, n: int, q: float, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,12 +73,11 @@ def poisson_rows_many(rng: np.random.Generator, n: int, q: float, k: int) -> tup
     k = int(k)
     mean = q * n
     block = int(mean + 6.0 * math.sqrt(mean) + 16)
-    lam = -math.log1p(-float(q))
     E = rng.standard_exponential((k, block))  # geometric_gaps' draws, turned into rows in one compiled pass
     rows = np.empty(k * block, dtype=np.int64)
     counts = np.empty(k, dtype=np.int64)
     last = np.empty(k, dtype=np.int64)
-    gaps_to_rows(E, 1.0 / lam, int(n), rows, counts, last)
+    gaps_to_rows(E, _inv_lam(q), int(n), rows, counts, last)
     short = np.flatnonzero(last <= n)
     if short.size == 0:
         rows = rows[:int(counts.sum())]

@@ -691,17 +691,12 @@ class RdpAccountant(Accountant):
         self._exact[i] = True
         self._curves = {}
         self._rdp_global = np.zeros_like(self._orders)
+        self._rdp_groups, self._max_pass = {}, {}
         for e in self._global:
-            self._rdp_global = self._rdp_global + self.rdp_of(e)
-        groups, self._rdp_groups, self._max_pass = self._groups, {}, {}
-        for key, evs in groups.items():
+            self._add_curve(e, None)
+        for key, evs in self._groups.items():
             for e in evs:
-                r = self.rdp_of(e)
-                g = self._rdp_groups.get(key)
-                new_g = r if g is None else g + r
-                self._rdp_groups[key] = new_g
-                old = self._max_pass.get(key[0])
-                self._max_pass[key[0]] = new_g if old is None else np.maximum(old, new_g)
+                self._add_curve(e, key)
 
     def calibrate(self, make_event, *, low=1e-3, high=1e6, what="noise multiplier", rtol=1e-7, start=None):
         """As :meth:`Accountant.calibrate`, in two stages: the search runs on a
@@ -769,17 +764,25 @@ class RdpAccountant(Accountant):
         return self._eps_exact(lambda: sum((self.rdp_of(e) for e in events), np.zeros_like(self._orders)))
 
     def _commit(self, event, key):
+        self._add_curve(event, key)
+        if key is None:
+            self._global.append(event)
+        else:
+            self._groups.setdefault(key, []).append(event)
+
+    def _add_curve(self, event, key):
+        """Add ``event``'s curve to the global curve, or to its group's and
+        that group's pass maximum (the charged curves; the event lists are
+        :meth:`_commit`'s)."""
         r = self.rdp_of(event)
         if key is None:
             self._rdp_global = self._rdp_global + r
-            self._global.append(event)
         else:
             g = self._rdp_groups.get(key)
             new_g = r if g is None else g + r
             self._rdp_groups[key] = new_g
             old = self._max_pass.get(key[0])
             self._max_pass[key[0]] = new_g if old is None else np.maximum(old, new_g)
-            self._groups.setdefault(key, []).append(event)
 
 
 class _SearchRdp(RdpAccountant):

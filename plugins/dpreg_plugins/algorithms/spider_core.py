@@ -270,8 +270,8 @@ class PrepaidAccountant:
     def __init__(self, accountant, planned: Counter):
         self.accountant = accountant
         self.relation = accountant.relation
+        self._planned = sum(planned.values())
         self._left = Counter(planned)
-        self.released = 0
 
     @property
     def sensitivity_factor(self) -> float:
@@ -283,11 +283,14 @@ class PrepaidAccountant:
             raise RuntimeError(f"release {label or event!r} is not in the prepaid plan "
                                f"(a bug: the plan charged before the run does not cover it)")
         self._left[event] -= 1
-        self.released += 1
         return self.accountant.epsilon_spent
 
     def left(self) -> int:
         return sum(self._left.values())
+
+    @property
+    def released(self) -> int:
+        return self._planned - self.left()
 
 
 def prepay(accountant, noise_cls: type[NoiseMechanism],
