@@ -26,7 +26,14 @@ their defaults:
   lambda_min of the clipped Hessian, rho the loss's declared constant);
 * ``perturbed-sgd``: its paper output (x~ that no escape attempt left, else the
   last iterate, uncertified); the run's escape-test counts are kept;
-* ``adaptive-spider``: its released point (the last iterate of its set).
+* ``adaptive-spider``: its released point (the last iterate of its set);
+* ``dp-spider``: last iterate (a first-order SPIDER method, no saddle machinery);
+* ``dp-trust-region`` and ``dp-stochastic-trust-region`` (dp-trust-region.txt,
+  Alg 1 and 2, whose guarantee is an alpha-SOSP): last iterate.  They have no
+  ``step`` (each step solves the trust-region subproblem of the noisy gradient
+  and noisy Hessian within their radius rule r = sqrt(alpha/rho)); ``--clip``
+  clips their per-record gradients and ``--hess-clip`` (default: the
+  ``--clip`` value) their per-record Hessians.
 
 Both selectors test the same alpha: perturbed-sgd's derived alpha at that eps
 (a public function of n, d, eps and the constants), so "alpha-SOSP" means the
@@ -73,7 +80,13 @@ METHODS = (
     ("dp-sgd", "dp-sgd", "last"),
     ("dp-sgd + FOSP rule", "dp-sgd", "fosp"),
     ("dp-sgd + SOSP rule", "dp-sgd", "sosp"),
+    ("dp-spider", "dp-spider", "last"),
+    ("dp-trust-region", "dp-trust-region", "last"),
+    ("dp-stochastic-trust-region", "dp-stochastic-trust-region", "last"),
 )
+#: second-order methods: a trust-region step of radius r = sqrt(alpha/rho) along the noisy
+#: gradient and Hessian; they take no ``step`` and clip the per-record Hessians at ``hess_clip``
+TRUST_REGION = ("dp-trust-region", "dp-stochastic-trust-region")
 
 
 def real_rows(data: str, n: int | None = None, columns: list[int] | None = None) -> np.ndarray:
@@ -187,6 +200,8 @@ def main(argv=None):
     ap.add_argument("--step", type=float, default=None, help="step of every method (default: each one's own)")
     ap.add_argument("--clip", type=float, default=None, help="clip of every method and of the selectors' "
                     "gradient query (default: each one's own, G)")
+    ap.add_argument("--hess-clip", type=float, default=None, help="per-record Hessian clip of the trust-region "
+                    "methods (default: --clip's value; neither given: their own default)")
     ap.add_argument("--alpha", type=float, default=None, help="alpha of perturbed-sgd and both selectors "
                     "(default: perturbed-sgd's derived alpha at each eps)")
     ap.add_argument("--wstar-seed", type=int, default=0)
@@ -223,6 +238,11 @@ def main(argv=None):
             for seed in range(a.seeds):
                 t0 = time.perf_counter()
                 p = {**params, "alpha": a.alpha} if algo == "perturbed-sgd" and not own and a.alpha else params
+                if algo in TRUST_REGION:  # no step; the Hessian clip follows --hess-clip, else --clip
+                    p = {k: v for k, v in p.items() if k != "step"}
+                    hc = a.hess_clip if a.hess_clip is not None else a.clip
+                    if hc is not None:
+                        p["hess_clip"] = hc
                 w, out, sel, spent = run_method(pb, algo, rule, p, eps, seed, alpha)
                 if algo == "perturbed-sgd" and alpha is None:
                     alpha = float(out.info["alpha"])
@@ -238,7 +258,7 @@ def main(argv=None):
                       f"sosp {ev['alpha_sosp']} sel {sel} {r['info'] if algo == 'perturbed-sgd' else ''}",
                       flush=True)
     rec = {"data": a.data, "columns": cols, "n": pb.n, "d": pb.d, "constants": list(pb.constants()), "wstar_seed": a.wstar_seed,
-           "params": params, "alpha_given": a.alpha, "eps": a.eps, "seeds": a.seeds, "select_share": SEL_SHARE,
+           "params": params, "hess_clip": a.hess_clip if a.hess_clip is not None else a.clip, "alpha_given": a.alpha, "eps": a.eps, "seeds": a.seeds, "select_share": SEL_SHARE,
            "saddle_radius": SADDLE_RADIUS, "facts": facts, "runs": runs}
     tag = a.data if cols is None else f"{a.data}_c{'-'.join(map(str, cols))}"
     out = a.out or os.path.join(HERE, "results", f"saddles_phase_{tag}.json")
@@ -268,12 +288,22 @@ def choose(pb) -> str:
     return "\n".join(lines)
 
 
+def _tr_note(rec) -> str:
+    """What the trust-region rows were given, when they ran (no step; their Hessian clip)."""
+    if not any(r["algo"] in TRUST_REGION for r in rec["runs"]):
+        return ""
+    hc = rec.get("hess_clip")
+    return (" (trust-region methods: no step, radius r = sqrt(alpha/rho); per-record Hessian clip "
+            + (f"{hc:g})" if hc is not None else "their default M)"))
+
+
 def tables(rec) -> str:
     """The Markdown tables of the page from a JSON record."""
     f, runs = rec["facts"], rec["runs"]
     cols = rec.get("columns")
     lines = [f"{rec['data']}{'' if cols is None else f' columns {cols} (rows rescaled to norm 1)'}: n = {rec['n']}, d = {rec['d']}, w* = unit N(0, I) vector, public seed "
-             f"{rec['wstar_seed']}; common parameters {rec['params'] or 'none (documented defaults)'}; alpha "
+             f"{rec['wstar_seed']}; common parameters {rec['params'] or 'none (documented defaults)'}"
+             f"{_tr_note(rec)}; alpha "
              f"{'given' if rec.get('alpha_given') else 'perturbed-sgd derived'}; declared (G, M, rho) = ({', '.join(f'{c:g}' for c in rec['constants'])}); delta = 1/n.",
              f"At w = 0: F = {f['F0']:.3e}, |grad F| = {f['grad_0']:.1e}, lambda_min = {f['lambda_min_0']:+.5f}; "
              f"at w*: F = {f['F_wstar']:.1e}, Hessian eigenvalues in [{f['lambda_min_wstar']:.5f}, "
