@@ -29,7 +29,10 @@ their defaults:
 * ``adaptive-spider``: its released point (the last iterate of its set);
 * ``dp-spider``: last iterate (a first-order SPIDER method, no saddle machinery);
 * ``dp-trust-region`` and ``dp-stochastic-trust-region`` (dp-trust-region.txt,
-  Alg 1 and 2, whose guarantee is an alpha-SOSP): last iterate.  They have no
+  Alg 1 and 2, whose guarantee is an alpha-SOSP): last iterate; and a control,
+  ``dp-trust-region without curvature``: the same run with the per-record Hessians
+  clipped to 1e-9, so the released Hessian is ~0 and every step is a step of
+  length r along the noisy gradient (same budget, same gradient noise).  They have no
   ``step`` (each step solves the trust-region subproblem of the noisy gradient
   and noisy Hessian within their radius rule r = sqrt(alpha/rho)); ``--clip``
   clips their per-record gradients and ``--hess-clip`` (default: the
@@ -83,7 +86,12 @@ METHODS = (
     ("dp-spider", "dp-spider", "last"),
     ("dp-trust-region", "dp-trust-region", "last"),
     ("dp-stochastic-trust-region", "dp-stochastic-trust-region", "last"),
+    ("dp-trust-region without curvature (control)", "dp-trust-region", "last"),
 )
+#: labels whose runs override parameters: the control's Hessian is clipped to 1e-9 per record, so its
+#: released Hessian (signal and noise, both proportional to the clip) is ~0 and each step is the
+#: trust-region step of the noisy gradient alone, h = -r g~/|g~|, at the same epsilon
+OVERRIDES = {"dp-trust-region without curvature (control)": {"hess_clip": 1e-9}}
 #: second-order methods: a trust-region step of radius r = sqrt(alpha/rho) along the noisy
 #: gradient and Hessian; they take no ``step`` and clip the per-record Hessians at ``hess_clip``
 TRUST_REGION = ("dp-trust-region", "dp-stochastic-trust-region")
@@ -175,6 +183,18 @@ def evaluate(pb, w, w_star, F0, alpha, rho):
             "alpha_sosp": bool(g <= alpha and lam >= -math.sqrt(rho * alpha))}
 
 
+def left_at(pb, out, F0):
+    """The first kept iterate of the run (its checkpoints: every iterate, or about 20
+    evenly spaced) with F <= F(0)/2, as its step; None if none (a non-private diagnostic)."""
+    tr = out.info.get("trajectory")
+    if tr is None:
+        return None
+    for step, v in zip(tr.steps, tr.iterates):
+        if pb.value(v) <= F0 / 2:
+            return int(step)
+    return None
+
+
 def saddle_facts(pb, w_star):
     """F, lambda_min and gradient at w = 0 and at w*; alpha below which w = 0 is
     not an alpha-SOSP for the declared rho."""
@@ -243,10 +263,12 @@ def main(argv=None):
                     hc = a.hess_clip if a.hess_clip is not None else a.clip
                     if hc is not None:
                         p["hess_clip"] = hc
+                p = {**p, **OVERRIDES.get(label, {})}
                 w, out, sel, spent = run_method(pb, algo, rule, p, eps, seed, alpha)
                 if algo == "perturbed-sgd" and alpha is None:
                     alpha = float(out.info["alpha"])
                 ev = evaluate(pb, w, w_star, facts["F0"], alpha, facts["rho"])
+                ev["left_at"] = left_at(pb, out, facts["F0"])
                 r = {"method": label, "algo": algo, "rule": rule, "eps": eps, "seed": seed, "alpha": alpha,
                      "run_alpha": out.info.get("alpha"),
                      "iterations": out.iterations, "records_used": out.records_used, "epsilon_spent": spent,
@@ -297,6 +319,13 @@ def _tr_note(rec) -> str:
             + (f"{hc:g})" if hc is not None else "their default M)"))
 
 
+def _left_at(rs) -> str:
+    """Per run, the first checkpoint step at which the run's F <= F(0)/2 ('-': never; 'n/a': not recorded)."""
+    if any("left_at" not in r for r in rs):
+        return "n/a"
+    return ", ".join("-" if r["left_at"] is None else str(r["left_at"]) for r in rs)
+
+
 def tables(rec) -> str:
     """The Markdown tables of the page from a JSON record."""
     f, runs = rec["facts"], rec["runs"]
@@ -313,8 +342,8 @@ def tables(rec) -> str:
     for r in runs:
         groups.setdefault((r["eps"], r["method"]), []).append(r)
     lines += ["| eps | method | steps | alpha tested (sqrt(rho alpha)) | returned the saddle | left (F <= F(0)/2) | alpha-SOSP | "
-              "F/F(0) | lambda_min | abs cos(w, w*) | abs grad F | selected step |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "F/F(0) | lambda_min | abs cos(w, w*) | abs grad F | selected step | run below F(0)/2 from step |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (eps, method), rs in groups.items():
         al = rs[0]["alpha"]
 
@@ -330,7 +359,8 @@ def tables(rec) -> str:
         lines.append(f"| {eps:g} | {method} | {rng('iterations', 'd')} | {al:.3g} ({math.sqrt(rec['constants'][2] * al):.2f}) | "
                      f"{sum(r['is_saddle'] for r in rs)}/{len(rs)} | {sum(r['left'] for r in rs)}/{len(rs)} | "
                      f"{sum(r['alpha_sosp'] for r in rs)}/{len(rs)} | {rng('loss_ratio', '.3f')} | "
-                     f"{rng('lambda_min', '+.5f')} | {rng('cos', '.2f')} | {rng('grad_norm', '.1e')} | {sel_s} |")
+                     f"{rng('lambda_min', '+.5f')} | {rng('cos', '.2f')} | {rng('grad_norm', '.1e')} | {sel_s} "
+                     f"| {_left_at(rs)} |")
     esc = [r for r in runs if r["algo"] == "perturbed-sgd"]
     if esc:
         lines += ["", "perturbed-sgd per run: queries, escape tests (escaped / not / interrupted), certified, "
