@@ -30,7 +30,7 @@ Shapes: ``X`` is ``float64[n, d]`` C-contiguous, ``y`` ``float64[n]``, ``idx``
 
 The hot kernels are O1 (:data:`grad_sum`) and O2 (:data:`diff_sum`), one
 compiled kernel :func:`_clipped_sum`; measured choices (benchmarks/,
-docs/benchmarks.md): stages of up to 64 rows - margins, the loss's block
+docs/benchmarks.md): stages of up to 256 rows - margins, the loss's block
 derivative with a vectorised ``exp`` (:mod:`dpreg_kernels.vmath`), clip
 factors, accumulation - (IJCNN1 49,990 x 22, one thread: 21 -> 15 ns per row
 for O1, 24.5 -> 15 for O2, against the former per-row kernels;
@@ -158,7 +158,11 @@ def _over(g2, clip2):
 #: :mod:`dpreg_kernels.vmath`), then the clip factors, then accumulate the
 #: stage (measured: module docstring); the 4-row blocking of each pass stays.  Stages hold at most
 #: STAGE_BYTES of rows so that the accumulation re-reads them from L2.
-STAGE: int = 64
+#: 256 rather than the former 64 (ninth session, one thread, the minimum of three alternating
+#: runs of each variant, docs/benchmarks.md): O1 full batch on 49,990 x 22 1.06 -> 0.89 ms,
+#: 100,000 x 54 3.13 -> 2.90, 32,561 x 123 2.15 -> 2.01; O2 on n/10 rows 6-8 % faster; 128 and
+#: 512 in between or within noise of 256.  Rows of d >= 1,024 are capped by STAGE_BYTES first.
+STAGE: int = 256
 STAGE_BYTES: int = 1 << 18
 
 

@@ -34,8 +34,12 @@ import numpy as np
 from numba import prange, types
 
 from .config import jit_inline
-from .linear_model import (STAGE, _BOUND_FLOOR, BlockFn, Idx, Kernel, OracleSum, ScalarFn, Vec, _err_coef, _over,
+from .linear_model import (_BOUND_FLOOR, BlockFn, Idx, Kernel, OracleSum, ScalarFn, Vec, _err_coef, _over,
                            _psi_term, _reduce_parts, _scale, f8, i8, n_chunks)
+
+#: Rows staged together by the CSR kernels (the dense kernels' STAGE, before that rose to 256 on
+#: measurements of dense rows only; the CSR stage was not remeasured, so it stays at 64)
+STAGE: int = 64
 
 
 def _csr_chunks(indptr, idx, full, b, d):
