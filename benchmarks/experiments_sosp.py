@@ -5,7 +5,8 @@ The SPIDER-family page, docs/experiments-sosp.md, is no longer written here:
 it is rendered from a ``dpreg sweep`` results table (issue 14, item 5)::
 
     dpreg sweep benchmarks/sweeps/sosp.toml --out-dir /tmp/dpreg-bench/sosp
-    python benchmarks/render_pages.py sosp /tmp/dpreg-bench/sosp/results.json > docs/experiments-sosp.md
+    cp /tmp/dpreg-bench/sosp/results.json benchmarks/results/experiments-sosp.json   # the committed runs
+    python benchmarks/render_pages.py sosp benchmarks/results/experiments-sosp.json > docs/experiments-sosp.md
 
 The .npz copies go to ``$DPREG_BENCH_DIR`` (default ``/tmp/dpreg-bench``),
 outside the repository.

@@ -187,7 +187,9 @@ def render_sosp(rows: list[dict], source: str = "RESULTS") -> str:
     L += _errors_section(rows)
     L += ["## Reproduce", "",
           "    NUMBA_NUM_THREADS=1 dpreg sweep benchmarks/sweeps/sosp.toml --workers 2 --out-dir /tmp/dpreg-bench/sosp",
-          "    python benchmarks/render_pages.py sosp /tmp/dpreg-bench/sosp/results.json > docs/experiments-sosp.md",
+          "    cp /tmp/dpreg-bench/sosp/results.json benchmarks/results/experiments-sosp.json",
+          "    python benchmarks/render_pages.py sosp benchmarks/results/experiments-sosp.json > docs/experiments-sosp.md",
+          "", "The committed runs are benchmarks/results/experiments-sosp.json.",
           "", f"Algorithm time over all {len(ok)} finished runs: {sum(_vals(ok, 'run_s')):.0f} s.", ""]
     L += [SADDLE_POINTER, ""]
     return "\n".join(L)
@@ -446,7 +448,10 @@ def render_warm_start(rows: list[dict], source: str = "RESULTS") -> str:
     out_dir = "/tmp/dpreg-bench/warm-start"
     L += ["## Reproduce", "",
           f"    NUMBA_NUM_THREADS=1 dpreg sweep benchmarks/sweeps/warm-start.toml --workers 2 --out-dir {out_dir}",
-          f"    python benchmarks/render_pages.py warm-start {out_dir}/results.json > docs/experiment-warm-start.md",
+          f"    cp {out_dir}/results.json benchmarks/results/experiment-warm-start-sweep.json",
+          "    python benchmarks/render_pages.py warm-start benchmarks/results/experiment-warm-start-sweep.json "
+          "> docs/experiment-warm-start.md",
+          "", "The committed runs are benchmarks/results/experiment-warm-start-sweep.json.",
           "", f"Algorithm time over all {len(ok)} finished runs: {sum(_vals(ok, 'run_s')):.0f} s.", ""]
     return "\n".join(L)
 
