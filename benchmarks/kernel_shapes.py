@@ -11,7 +11,10 @@ kernel changes, run once per code version and alternated, e.g.
 Rows: ``LABEL SHAPE VARIANT CASE MS``.  Shapes are synthetic unit-norm rows
 (49,990 x 22 as IJCNN1, 100,000 x 54, 32,561 x 123 as a9a, 10,000 x 1,000),
 logistic loss; cases: O1 over the full batch, O1 over 256 rows, O2 over n/10
-rows.  With ``NUMBA_NUM_THREADS=1`` both variants run on one thread.  Not a
+rows; and two references per shape, numpy's ``X @ w`` and ``X.T @ c`` over the full batch
+(one pass over the rows each, BLAS with its own threads unless ``OPENBLAS_NUM_THREADS=1``):
+the fused O1 kernel makes both passes' work in one.  With ``NUMBA_NUM_THREADS=1`` both
+variants run on one thread.  Not a
 pytest benchmark: a comparison across code versions needs separate processes.
 """
 from __future__ import annotations
@@ -20,6 +23,12 @@ import sys
 import time
 
 import numpy as np
+
+
+def _timed(f) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
 
 
 def main(label: str) -> None:
@@ -39,6 +48,11 @@ def main(label: str) -> None:
         none = np.empty(0, np.int64)
         i256 = np.sort(rng.choice(n, 256, replace=False))
         i10 = np.sort(rng.choice(n, n // 10, replace=False))
+        c = rng.standard_normal(n)
+        for name, f in (("numpy-X@w", lambda: X @ w), ("numpy-X.T@c", lambda: X.T @ c)):
+            f()
+            best = min(_timed(f) for _ in range(30))
+            print(label, f"{n}x{d}", "reference", name, f"{best * 1e3:.4f}", flush=True)
         for par in (False, True):
             k = pb._k.clipped_sum.fast(par)
             cases = {"O1-full": (none, True, w, w, False), "O1-b256": (i256, False, w, w, False),
