@@ -158,10 +158,12 @@ def _over(g2, clip2):
 #: :mod:`dpreg_kernels.vmath`), then the clip factors, then accumulate the
 #: stage (measured: module docstring); the 4-row blocking of each pass stays.  Stages hold at most
 #: STAGE_BYTES of rows so that the accumulation re-reads them from L2.
-#: 256 rather than the former 64 (ninth session, one thread, the minimum of three alternating
-#: runs of each variant, docs/benchmarks.md): O1 full batch on 49,990 x 22 1.06 -> 0.89 ms,
-#: 100,000 x 54 3.13 -> 2.90, 32,561 x 123 2.15 -> 2.01; O2 on n/10 rows 6-8 % faster; 128 and
-#: 512 in between or within noise of 256.  Rows of d >= 1,024 are capped by STAGE_BYTES first.
+#: 256 rather than the former 64 (ninth session; `benchmarks/kernel_shapes.py`, one thread,
+#: minimum of three alternating runs per version, docs/benchmarks.md): serial O1 over the full
+#: batch 1.135 -> 0.995 ms on 49,990 x 22, 3.59 -> 3.03 on 100,000 x 54, 2.34 -> 2.11 on
+#: 32,561 x 123, where d = 1,000 (the same code in both: its stages are capped by STAGE_BYTES)
+#: moved 1.04-1.08 by noise; no gain on 256-row batches (one stage either way).  128 and 512
+#: were within noise of 256 in a scratch comparison.
 STAGE: int = 256
 STAGE_BYTES: int = 1 << 18
 
