@@ -243,14 +243,12 @@ class busy:
         return False
 
 
-def race(algo: str, load: int, X=None, y=None, warm_parallel: bool = False) -> dict:
-    """One race on IJCNN1 (logistic loss, epsilon 1, research seed 0): dpreg's
-    run phase (``Algorithm.run``: once with the process-wide RDP caches cleared,
-    so it calibrates the noise from scratch, and a repeat, whose calibration is
-    memoised) and the numpy loop doing the same steps, under ``load`` busy
-    processes.  An untimed run before both loads the kernels the run uses
-    (from numba's cache, or compiling them): kernel loading is a first-run
-    cost (benchmarks/compile_events.py), not the run phase's."""
+def race_setup(algo: str, X=None, y=None):
+    """The race's problem and run: ``(problem, run_once)`` for ``algo`` on IJCNN1
+    (or the rows ``X, y``), logistic loss; ``run_once()`` runs it at its defaults
+    (epsilon 1, delta 1/n, RDP accountant, gaussian noise where it uses one,
+    research seed 0) with a fresh accountant and returns ``(seconds of
+    Algorithm.run, its output, the accountant)``."""
     import time
 
     from dpreg.params import bind
@@ -261,20 +259,34 @@ def race(algo: str, load: int, X=None, y=None, warm_parallel: bool = False) -> d
     reg = get_registry()
     if X is None:
         X, y, _, _ = load_prepared(str(IJCNN1), seed=0, labels="binary")
-    loss = reg.get("loss", "logistic")
-    pb = Problem(loss, X, y)
+    pb = Problem(reg.get("loss", "logistic"), X, y)
     cls = reg.get("algorithm", algo)
     params = bind(cls.params, {}, algo)
-    if warm_parallel:  # a warm cache: the parallel variants a long run compiles once (Kernel.pick) are there
-        pb._k.clipped_sum.parallel  # noqa: B018 (compiles or loads the variant)
 
-    def dpreg_once():
+    def run_once():
         acc = reg.get("accountant", "rdp")(1.0, 1.0 / pb.n, cls.relation_for(params))
         noise = reg.get("noise", "gaussian") if cls.uses_noise else None
         a = cls(pb, params, noise=noise, accountant=acc, seed=0)
         t0 = time.perf_counter()
         out = a.run()
         return time.perf_counter() - t0, out, acc
+
+    return pb, run_once
+
+
+def race(algo: str, load: int, X=None, y=None, warm_parallel: bool = False) -> dict:
+    """One race on IJCNN1 (logistic loss, epsilon 1, research seed 0): dpreg's
+    run phase (``Algorithm.run``: once with the process-wide RDP caches cleared,
+    so it calibrates the noise from scratch, and a repeat, whose calibration is
+    memoised) and the numpy loop doing the same steps, under ``load`` busy
+    processes.  An untimed run before both loads the kernels the run uses
+    (from numba's cache, or compiling them): kernel loading is a first-run
+    cost (benchmarks/compile_events.py), not the run phase's."""
+    import time
+
+    pb, dpreg_once = race_setup(algo, X, y)
+    if warm_parallel:  # a warm cache: the parallel variants a long run compiles once (Kernel.pick) are there
+        pb._k.clipped_sum.parallel  # noqa: B018 (compiles or loads the variant)
 
     from threadpoolctl import threadpool_limits
 

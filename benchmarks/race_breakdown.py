@@ -1,6 +1,6 @@
 """Where the run phase of the race goes: ``Algorithm.run`` of an algorithm on
-IJCNN1 (logistic loss, epsilon 1, research seed 0, the race's set-up in
-``bench_end_to_end.race``), split into the clipped-sum calls (the kernels,
+IJCNN1 (logistic loss, epsilon 1, research seed 0, the race's set-up,
+``bench_end_to_end.race_setup``), split into the clipped-sum calls (the kernels,
 with their Python wrappers), the Poisson sampling (``poisson_rows_many``) and
 the rest (noise, accounting, trajectory, per-step Python), and the same run
 with the kernels and the sampling replaced by instant stand-ins (the
@@ -25,28 +25,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_end_to_end import IJCNN1  # noqa: E402
+from bench_end_to_end import race_setup  # noqa: E402
 
 
 def _setup(algo):
-    from dpreg.params import bind
-    from dpreg.pipeline import load_prepared
-    from dpreg.problem import Problem
-    from dpreg.registry import get_registry
-
-    reg = get_registry()
-    X, y, _, _ = load_prepared(str(IJCNN1), seed=0, labels="binary")
-    pb = Problem(reg.get("loss", "logistic"), X, y)
-    cls = reg.get("algorithm", algo)
-    params = bind(cls.params, {}, algo)
+    pb, run_once = race_setup(algo)
 
     def once():
-        acc = reg.get("accountant", "rdp")(1.0, 1.0 / pb.n, cls.relation_for(params))
-        noise = reg.get("noise", "gaussian") if cls.uses_noise else None
-        a = cls(pb, params, noise=noise, accountant=acc, seed=0)
-        t0 = time.perf_counter()
-        a.run()
-        return time.perf_counter() - t0
+        return run_once()[0]
 
     return pb, once
 

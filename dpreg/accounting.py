@@ -796,6 +796,11 @@ class _SearchRdp(RdpAccountant):
         s = cls.__new__(cls)
         s.__dict__.update(acc.__dict__)
         s._curves = {}
+        # per order, the conversion term of dp-accounting's compute_epsilon:
+        # log1p(-1/a) - log(delta a)/(a - 1) where a > 1.01, else inf
+        a = np.asarray(s._orders, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s._conv = np.where(a > 1.01, np.log1p(-1.0 / a) - np.log(s.delta * a) / (a - 1.0), np.inf)
         return s
 
     def _atom_curve(self, atom):
@@ -815,14 +820,8 @@ class _SearchRdp(RdpAccountant):
         r = np.asarray(rdp, dtype=float)
         if not np.any(r):
             return 0.0, float(self._orders[0])
-        conv = self.__dict__.get("_conv")
-        if conv is None:  # per order: log1p(-1/a) - log(delta a)/(a - 1) where a > 1.01, else inf
-            a = np.asarray(self._orders, dtype=float)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                conv = np.where(a > 1.01, np.log1p(-1.0 / a) - np.log(self.delta * a) / (a - 1.0), np.inf)
-            self.__dict__["_conv"] = conv
         with np.errstate(invalid="ignore", over="ignore"):
-            eps = r + conv
+            eps = r + self._conv
             eps[(r < 0) | (self.delta ** 2 + np.expm1(-r) > 0)] = 0.0  # dp-accounting's two zero cases
         i = int(np.argmin(eps))
         return max(0.0, float(eps[i])), float(self._orders[i])

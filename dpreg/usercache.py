@@ -22,11 +22,9 @@ def cache_root() -> Path | None:
     """The user data cache directory, or None when disabled (``DPREG_DATA_CACHE=0``)."""
     if os.environ.get("DPREG_DATA_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
-    root = os.environ.get("DPREG_CACHE_DIR")
-    if not root:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        root = os.path.join(xdg, "dpreg") if xdg else os.path.join(os.path.expanduser("~"), ".cache", "dpreg")
-    return Path(root)
+    from dpreg_kernels import user_cache_roots  # the one order of cache directories, shared with the kernels'
+
+    return Path(user_cache_roots()[0])
 
 
 def store(file: Path, write: Callable) -> bool:

@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["compile_scalar", "compile_block", "compile_psi", "cache_fallback"]
+__all__ = ["compile_scalar", "compile_block", "compile_psi", "cache_fallback", "user_cache_roots"]
+
+
+def user_cache_roots() -> list[str]:
+    """The user cache directories dpreg may use, in order of preference:
+    ``$DPREG_CACHE_DIR``, ``$XDG_CACHE_HOME/dpreg``, ``~/.cache/dpreg`` (those
+    that are set).  The data caches (:mod:`dpreg.usercache`) use the first;
+    :func:`cache_fallback` takes the first it can write."""
+    roots = [os.environ.get("DPREG_CACHE_DIR"),
+             os.path.join(os.environ["XDG_CACHE_HOME"], "dpreg") if os.environ.get("XDG_CACHE_HOME") else None,
+             os.path.join(os.path.expanduser("~"), ".cache", "dpreg")]
+    return [r for r in roots if r]
 
 
 def _writable(directory: str) -> bool:
@@ -47,16 +58,12 @@ def cache_fallback() -> str | None:
         return None
     import tempfile
 
-    roots = [os.environ.get("DPREG_CACHE_DIR"),
-             os.path.join(os.environ["XDG_CACHE_HOME"], "dpreg") if os.environ.get("XDG_CACHE_HOME") else None,
-             os.path.join(os.path.expanduser("~"), ".cache", "dpreg")]
+    roots = user_cache_roots()
     # last resort (no writable HOME either): a per-user directory under the
     # system's temporary directory, announced in one line
     last = os.path.join(tempfile.gettempdir(), f"dpreg-cache-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
     roots.append(last)
     for root in roots:
-        if not root:
-            continue
         target = os.path.join(root, "numba")
         try:
             os.makedirs(target, exist_ok=True)

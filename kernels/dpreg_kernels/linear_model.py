@@ -162,8 +162,7 @@ def _over(g2, clip2):
 #: minimum of three alternating runs per version, docs/benchmarks.md): serial O1 over the full
 #: batch 1.135 -> 0.995 ms on 49,990 x 22, 3.59 -> 3.03 on 100,000 x 54, 2.34 -> 2.11 on
 #: 32,561 x 123, where d = 1,000 (the same code in both: its stages are capped by STAGE_BYTES)
-#: moved 1.04-1.08 by noise; no gain on 256-row batches (one stage either way).  128 and 512
-#: were within noise of 256 in a scratch comparison.
+#: moved 1.04-1.08 by noise; no gain on 256-row batches (one stage either way).
 STAGE: int = 256
 STAGE_BYTES: int = 1 << 18
 

@@ -261,8 +261,8 @@ class PrepaidAccountant:
     release (:func:`prepay`).  Each charge is checked off against the plan's
     releases - the events the mechanisms' own dry run recorded - and a charge
     outside the plan raises RuntimeError *before* its release: a run never
-    releases more than it paid for.  A charge here is a dictionary look-up
-    (an accountant charge costs ~11 us, more than an O2 step's Python).
+    releases more than it paid for.  A charge here is a dictionary look-up,
+    not an accountant update.
 
     ``released``: charges checked off so far; ``left()``: planned releases
     not (yet) made."""
