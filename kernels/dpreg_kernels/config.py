@@ -46,9 +46,70 @@ PARALLEL = {"prange": True, "comprehension": False, "reduction": False, "inplace
             "setitem": False, "numpy": False, "stencil": False, "fusion": False}
 
 
+#: LLVM optimisation level of the kernels' IR passes (numba's default, NUMBA_OPT, is 3; the
+#: machine-code generator keeps numba's level).  Level 1 keeps the loop vectoriser and the
+#: inliner, and the kernels run as fast as at 3 (``benchmarks/kernel_shapes.py``, one thread:
+#: every shape and case within run-to-run noise), while LLVM's part of the first run's compile
+#: is smaller (docs/benchmarks.md, "Tenth session").  ``DPREG_KERNEL_OPT=3`` restores numba's
+#: level (it does not change code already in numba's on-disk cache: clear the cache after it).
+KERNEL_OPT: int = int(os.environ.get("DPREG_KERNEL_OPT", "1"))
+if KERNEL_OPT not in (0, 1, 2, 3):
+    raise ValueError(f"DPREG_KERNEL_OPT must be 0, 1, 2 or 3, not {KERNEL_OPT}")
+
+_COMPILER: list = []
+
+
+def kernel_compiler():
+    """numba compiler pipeline for every kernel of this package: numba's own
+    nopython pipeline whose lowering pass runs numba's LLVM passes at
+    :data:`KERNEL_OPT` (numba reads its optimisation level from ``config.OPT``
+    when it builds each pass manager; the pass sets it for its own run only,
+    under numba's compiler lock, and restores it).  Built on first use."""
+    if _COMPILER:
+        return _COMPILER[0]
+    from numba.core import config as nconfig
+    from numba.core.compiler import CompilerBase, DefaultPassBuilder
+    from numba.core.compiler_machinery import register_pass
+    from numba.core.typed_passes import NativeLowering, NativeParforLowering
+
+    def at_kernel_opt(base):
+        """``base`` (one of numba's lowering passes), run at KERNEL_OPT."""
+        def run_pass(self, state):
+            old = nconfig.OPT
+            nconfig.OPT = nconfig._OptLevel(str(KERNEL_OPT))  # noqa: SLF001 - numba's level type
+            try:
+                return base.run_pass(self, state)
+            finally:
+                nconfig.OPT = old
+
+        cls = type(f"Kernel{base.__name__}", (base,), {"_name": f"dpreg_{base._name}", "run_pass": run_pass})
+        return register_pass(mutates_CFG=True, analysis_only=False)(cls)
+
+    lowering = {base: at_kernel_opt(base) for base in (NativeLowering, NativeParforLowering)}
+
+    class KernelCompiler(CompilerBase):
+        def define_pipelines(self):
+            if self.state.flags.force_pyobject:  # never for the kernels (nopython), kept as numba's
+                return [DefaultPassBuilder.define_objectmode_pipeline(self.state)]
+            pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
+            pm.passes = [(lowering.get(p, p), d) for p, d in pm.passes]
+            return [pm]
+
+    _COMPILER.append(KernelCompiler)
+    return KernelCompiler
+
+
+def njit(*args, **kwargs):
+    """``numba.njit`` with :func:`kernel_compiler` (plain ``numba.njit`` when KERNEL_OPT is numba's own
+    level): every compiled function of this package is made with it."""
+    if KERNEL_OPT != int(numba.core.config.OPT):
+        kwargs["pipeline_class"] = kernel_compiler()
+    return numba.njit(*args, **kwargs)
+
+
 def jit_parallel(signature):
     """Decorator: eager, cached, parallel njit with the project's flags."""
-    return numba.njit(signature, parallel=PARALLEL, fastmath=_FM, cache=CACHE, nogil=True)
+    return njit(signature, parallel=PARALLEL, fastmath=_FM, cache=CACHE, nogil=True)
 
 
 def parallel_variant_cached(func, signature) -> bool:
@@ -58,7 +119,7 @@ def parallel_variant_cached(func, signature) -> bool:
     numba's internals answers False (the caller then treats the variant as
     uncompiled)."""
     try:
-        probe = numba.njit(parallel=PARALLEL, fastmath=_FM, cache=CACHE, nogil=True)(func)
+        probe = njit(parallel=PARALLEL, fastmath=_FM, cache=CACHE, nogil=True)(func)
         return probe._cache.load_overload(signature, probe.targetctx) is not None  # noqa: SLF001
     except Exception:  # noqa: BLE001 - a probe, never an error
         return False
@@ -79,7 +140,7 @@ def jit_serial(signature):
         clone.__qualname__ = func.__qualname__ + "__serial"
         clone.__module__ = func.__module__
         clone.__doc__ = func.__doc__
-        return numba.njit(signature, parallel=False, fastmath=_FM, cache=CACHE, nogil=True)(clone)
+        return njit(signature, parallel=False, fastmath=_FM, cache=CACHE, nogil=True)(clone)
 
     return deco
 
@@ -93,14 +154,15 @@ def jit_scalar(signature):
     # error_model="numpy": a division by zero gives inf/nan (which the kernels
     # clip away) instead of an exception that a first-class function call
     # cannot propagate
-    return numba.njit(signature, fastmath=_FM, cache=CACHE, error_model="numpy")
+    return njit(signature, fastmath=_FM, cache=CACHE, error_model="numpy")
 
 
 def jit_inline(func):
     """Decorator for helpers called only from kernels (compiled with the
-    caller's types, cached; LLVM inlines the small ones).  Numba-IR inlining
+    caller's types, cached; LLVM inlines the small ones; callable from compiled code only:
+    no Python or C entry point is generated for them).  Numba-IR inlining
     (``inline="always"``) was measured slower to compile for no run-time gain."""
-    return numba.njit(fastmath=_FM, cache=CACHE)(func)
+    return njit(fastmath=_FM, cache=CACHE, no_cpython_wrapper=True, no_cfunc_wrapper=True)(func)
 
 
 #: A kernel runs its parallel variant only when its work (rows x d, or rows x

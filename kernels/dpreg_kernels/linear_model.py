@@ -173,7 +173,7 @@ def _psi_term(r, rp, two):
     some coordinate (exactly: a ``dr`` that is 0 in every coordinate
     contributes nothing, so its dot products are skipped)."""
     d = r.shape[0]
-    dr = np.empty(d)
+    dr = np.empty(d)  # 1-D float allocations only, in every kernel (each shape/dtype compiles an overload)
     rr = 0.0
     nonzero = False
     for j in range(d):
@@ -350,26 +350,28 @@ def _chunk(X, y, nx, idx, full, w, wp, two, r, rr, has_r, dphi, blk, clip, clip2
     ``two`` False: terms ``dphi(<x,w>) x + r`` (O1); True: ``(dphi(<x,w>) -
     dphi(<x,wp>)) x + r`` with ``r`` the difference of the psi gradients (O2:
     both margins in one pass over the row).  ``<x, r>`` is a second pass over
-    the cached rows, only when ``has_r``.  ``scr`` is a (6, st) float scratch,
-    ``iscr`` a (2, st) int64 one.  Returns (sum of clip factors, number
+    the cached rows, only when ``has_r``.  ``scr`` is a float scratch of 6 st
+    elements, ``iscr`` an int64 one of 2 st.  Returns (sum of clip factors, number
     clipped).  One chunk of :func:`_clipped_sum` (a
     separate function so numba's parallel passes see a small loop body; one
     for both, so it compiles once: the O1/O2 branch is per stage)."""
     ek = _err_coef(X.shape[1])
     not_two = two and not two  # False, as a variable (a literal would compile _margins twice)
-    mv = scr[0]
-    nv = scr[1]
-    pv = scr[2]
-    yv = scr[3]
-    av = scr[4]
-    cv = scr[5]
-    ib = iscr[0]
-    bits = iscr[1]
+    mv = scr[0:st]
+    nv = scr[st:2 * st]
+    pv = scr[2 * st:3 * st]
+    yv = scr[3 * st:4 * st]
+    av = scr[4 * st:5 * st]
+    cv = scr[5 * st:6 * st]
+    ib = iscr[0:st]
+    bits = iscr[st:2 * st]
     cs = 0.0
     k = 0
     s0 = lo
     while s0 < hi:
-        s1 = min(hi, s0 + st)
+        s1 = s0 + st
+        if s1 > hi:
+            s1 = hi
         nb = s1 - s0
         for t in range(s0, s1):  # the stage's rows as one index array: no full/gather branch in the passes
             ib[t - s0] = t if full else idx[t]
@@ -424,41 +426,57 @@ def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
     nc = n_chunks(b)
     step = (b + nc - 1) // nc
     # rows per stage: STAGE, fewer for long rows (at most STAGE_BYTES of rows, a multiple of BLOCK)
-    st = max(BLOCK, min(STAGE, (STAGE_BYTES // (8 * max(d, 1))) // BLOCK * BLOCK))
+    st = STAGE_BYTES // (8 * d) // BLOCK * BLOCK if d > 0 else STAGE
+    if st > STAGE:
+        st = STAGE
+    if st < BLOCK:
+        st = BLOCK
     # rows ahead that the margins pass prefetches: gathers and short rows (long rows read in
     # order: the hardware prefetcher keeps up with them)
     pf = 0 if (full and d >= SHORT_ROW) else (2 * BLOCK if d < SHORT_ROW else BLOCK)
-    # per chunk: the partial sum, then its sum of clip factors (multiplies r) and its clip
-    # count (a float: exact below 2^53) - one allocation, fewer allocation types to compile
-    part = np.zeros((nc, d + 2))
-    scr = np.empty((nc, 6, st))
-    iscr = np.empty((nc, 2, st), dtype=np.int64)
+    # per chunk (a stride of d + 2): the partial sum, then its sum of clip factors (multiplies r)
+    # and its clip count (a float: exact below 2^53).  One-dimensional allocations and
+    # explicit zeroing: every allocation shape, dtype or np.zeros compiles one more numba
+    # overload on the first run (about 0.1-0.3 s of CPU each, docs/benchmarks.md)
+    pw = d + 2
+    part = np.empty(nc * pw)
+    for i in range(nc * pw):
+        part[i] = 0.0
+    scr = np.empty(nc * 6 * st)
+    iscr = np.empty(nc * 2 * st, dtype=np.int64)
     dr, rr, has_r = _psi_term(r, rp, two)
     clip2 = clip * clip
     for c in prange(nc):
         lo = c * step
-        hi = min(b, lo + step)
-        cs, k = _chunk(X, y, nx, idx, full, w, wp, two, dr, rr, has_r, dphi, blk, clip, clip2, pf, lo, hi, part[c],
-                       scr[c], iscr[c], st)
-        part[c, d] = cs
-        part[c, d + 1] = k
-    return _reduce_parts(part, d, dr, has_r)
+        hi = lo + step
+        if hi > b:
+            hi = b
+        o = c * pw
+        cs, k = _chunk(X, y, nx, idx, full, w, wp, two, dr, rr, has_r, dphi, blk, clip, clip2, pf, lo, hi,
+                       part[o:o + d], scr[c * 6 * st:(c + 1) * 6 * st], iscr[c * 2 * st:(c + 1) * 2 * st], st)
+        part[o + d] = cs
+        part[o + d + 1] = k
+    return _reduce_parts(part, nc, d, dr, has_r)
 
 
-def _reduce_parts(part, d, r, has_r):
+def _reduce_parts(part, nc, d, r, has_r):
     """``(sum of the chunks' partial sums + (sum of their clip factors) r,
-    total clipped)`` from ``part[c] = (partial sum (d), clip factors, clip
-    count)``, added serially in chunk order (bit-identical for every thread
-    count); ``r`` enters only when ``has_r``."""
-    nc = part.shape[0]
-    out = np.zeros(d)
+    total clipped)`` from ``part[c (d + 2):(c + 1)(d + 2)] = (partial sum (d),
+    clip factors, clip count)`` for the ``nc`` chunks, added serially in chunk
+    order (bit-identical for every thread count); ``r`` enters only when
+    ``has_r``."""
+    pw = d + 2
+    out = np.empty(d)
+    for j in range(d):
+        out[j] = 0.0
     tot = 0.0
     nclip = 0
     for c in range(nc):
+        o = c * pw
         for j in range(d):
-            out[j] += part[c, j]
-        tot += part[c, d]
-        nclip += np.int64(part[c, d + 1])
+            out[j] += part[o + j]
+        tot += part[o + d]
+        nclip += np.int64(part[o + d + 1])
     if has_r:
         for j in range(d):
             out[j] += tot * r[j]
@@ -492,10 +510,12 @@ def _phi_sum(X, y, idx, w, phi):
     d = X.shape[1]
     nc = n_chunks(b)
     step = (b + nc - 1) // nc
-    part = np.zeros(nc)
+    part = np.empty(nc)
     for c in prange(nc):
         lo = c * step
-        hi = min(b, lo + step)
+        hi = lo + step
+        if hi > b:
+            hi = b
         s = 0.0
         for t in range(lo, hi):
             i = idx[t]

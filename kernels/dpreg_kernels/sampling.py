@@ -12,17 +12,16 @@ operations, no fastmath), in one pass instead of five numpy passes.
 """
 from __future__ import annotations
 
-import numba
 from numba import types
 
-from .config import CACHE
+from .config import CACHE, njit
 
 _SIG = types.void(types.Array(types.float64, 2, "C"), types.float64, types.int64,
                   types.Array(types.int64, 1, "C"), types.Array(types.int64, 1, "C"),
                   types.Array(types.int64, 1, "C"))
 
 
-@numba.njit(_SIG, cache=CACHE, nogil=True)
+@njit(_SIG, cache=CACHE, nogil=True)
 def gaps_to_rows(E, inv_lam, n, rows, counts, last):
     """For each sample ``i`` (row ``i`` of ``E``, shape (k, m)): positions
     ``p_j = sum_{l <= j} (floor(min(E[i, l] * inv_lam, n)) + 1)``; writes

@@ -131,20 +131,23 @@ def _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rr, has_r
     accumulation.  ``two`` False: terms ``dphi(<x,w>) x + r`` (O1); True:
     ``(dphi(<x,w>) - dphi(<x,wp>)) x + r`` with ``r`` the difference of the psi
     gradients (O2).  ``sc`` is a (6, STAGE) float scratch, ``isc`` a (2,
-    STAGE) int64 one.  Returns (sum of clip factors, number clipped)."""
-    mv = sc[0]
-    nv = sc[1]
-    yv = sc[2]
-    av = sc[3]
-    cv = sc[4]
-    sv = sc[5]
-    ib = isc[0]
-    bt = isc[1]
+    STAGE) int64 one, both flattened (one-dimensional).  Returns (sum of clip
+    factors, number clipped)."""
+    mv = sc[0:STAGE]
+    nv = sc[STAGE:2 * STAGE]
+    yv = sc[2 * STAGE:3 * STAGE]
+    av = sc[3 * STAGE:4 * STAGE]
+    cv = sc[4 * STAGE:5 * STAGE]
+    sv = sc[5 * STAGE:6 * STAGE]
+    ib = isc[0:STAGE]
+    bt = isc[STAGE:2 * STAGE]
     cs = 0.0
     k = 0
     s0 = lo
     while s0 < hi:
-        s1 = min(hi, s0 + STAGE)
+        s1 = s0 + STAGE
+        if s1 > hi:
+            s1 = hi
         nb = s1 - s0
         for t in range(s0, s1):
             ib[t - s0] = t if full else idx[t]
@@ -172,18 +175,28 @@ def _csr_clipped_sum(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rp,
     b = n if full else idx.shape[0]
     nc = _csr_chunks(indptr, idx, full, b, d)
     step = (b + nc - 1) // nc
-    part = np.zeros((nc, d + 2))  # partial sum, clip factors, clip count (as in the dense kernel)
-    scr = np.empty((nc, 6, STAGE))
-    iscr = np.empty((nc, 2, STAGE), dtype=np.int64)
+    # partial sum, clip factors, clip count per chunk, one-dimensional (as in the dense kernel)
+    pw = d + 2
+    part = np.empty(nc * pw)
+    for i in range(nc * pw):
+        part[i] = 0.0
+    sw = 6 * STAGE
+    scr = np.empty(nc * sw)
+    iscr = np.empty(nc * 2 * STAGE, dtype=np.int64)
     dr, rr, has_r = _psi_term(r, rp, two)
     ek = _err_coef(d)
     for c in prange(nc):
         lo = c * step
+        hi = lo + step
+        if hi > b:
+            hi = b
+        o = c * pw
         cs, k = _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, dr, rr, has_r, ek, dphi, blk, clip,
-                           clip * clip, lo, min(b, lo + step), part[c], scr[c], iscr[c])
-        part[c, d] = cs
-        part[c, d + 1] = k
-    return _reduce_parts(part, d, dr, has_r)
+                           clip * clip, lo, hi, part[o:o + d], scr[c * sw:(c + 1) * sw],
+                           iscr[c * 2 * STAGE:(c + 1) * 2 * STAGE])
+        part[o + d] = cs
+        part[o + d + 1] = k
+    return _reduce_parts(part, nc, d, dr, has_r)
 
 
 def _csr_row_sqnorms(data, indptr):

@@ -18,10 +18,9 @@ Compiled without reassociation or approximate-function flags: the two-part
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from .config import CACHE
+from .config import CACHE, njit
 
 #: flags of the functions here: contraction into FMAs only (more accurate, never less)
 _EXACT = {"nsz", "contract"}
@@ -34,7 +33,7 @@ LN2_LO = 1.90821492927058770002e-10
 X_MIN = -708.0
 
 
-@numba.njit(fastmath=_EXACT, cache=CACHE)
+@njit(fastmath=_EXACT, cache=CACHE)
 def exp_nonpos(x, out, bits):
     """``out[i] = exp(x[i])`` for ``x[i] <= 0``, i over
     ``x.shape[0]``; ``bits`` is an int64 scratch array at least as long.
