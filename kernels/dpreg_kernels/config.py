@@ -11,6 +11,8 @@ Environment:
   DPREG_PARALLEL_WORK, DPREG_PARALLEL_AMORTIZE_S: when a kernel runs (and
                      first compiles) its parallel variant; see want_parallel
                      and PARALLEL_AMORTIZE_S.
+  DPREG_KERNEL_OPT   LLVM optimisation level of the kernels (default 1; see
+                     KERNEL_OPT and kernel_compiler).
 """
 from __future__ import annotations
 
