@@ -57,7 +57,9 @@ def check_budget_args(epsilon: float, delta: float) -> None:
 
 
 def _dpa():
-    import dp_accounting  # lazy: keeps `dpreg --help` fast
+    """dp-accounting's names (:mod:`dpreg.dp_accounting_names`: each from its own module,
+    imported on first use; lazy, so `dpreg --help` imports none)."""
+    from .dp_accounting_names import dpa
 
     global _ABSL_QUIET
     if not _ABSL_QUIET:  # dp-accounting warns through absl on extreme trial events
@@ -65,7 +67,7 @@ def _dpa():
 
         logging.getLogger("absl").setLevel(logging.ERROR)
         _ABSL_QUIET = True
-    return dp_accounting
+    return dpa
 
 
 _ABSL_QUIET = False
