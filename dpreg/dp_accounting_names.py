@@ -34,7 +34,7 @@ _HOMES = {
     "UnsupportedEventError": "privacy_accountant",
 }
 _PACKAGE = "dp_accounting"
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entered if the package's own __init__ asks it for a name it has not defined yet
 
 
 def _package():
