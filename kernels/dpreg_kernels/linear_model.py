@@ -646,10 +646,14 @@ class Kernel:
     its caller must pass exactly the declared types - C-contiguous float64
     arrays, int64 row numbers, a Python bool, a Python float and a
     :func:`scalar_ref` / :func:`block_ref` for the loss's functions - as :class:`dpreg.problem.Problem`
-    does."""
+    does.
 
-    def __init__(self, signature, func):
+    ``prepare`` (optional) is called once, before the first variant is made: a kernel
+    that calls another kernel's compiled variant binds it there (:mod:`dpreg_kernels.sgd`)."""
+
+    def __init__(self, signature, func, prepare=None):
         self.signature, self.py_func = signature, func
+        self._prepare = prepare    # called once before a variant is first made (binds what it calls)
         self._disp = {}
         self._fast = {}
         self._par_cached = None    # parallel variant in numba's on-disk cache (probed once)
@@ -659,6 +663,9 @@ class Kernel:
         """The numba dispatcher of one variant (compiled on first use)."""
         d = self._disp.get(parallel)
         if d is None:
+            if self._prepare is not None:
+                self._prepare()
+                self._prepare = None
             d = (jit_parallel if parallel else jit_serial)(self.signature)(self.py_func)
             self._disp[parallel] = d
         return d

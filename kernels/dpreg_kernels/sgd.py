@@ -16,18 +16,21 @@ the current point from the loss's compiled ``psi`` function):
     w = project(w - step * g, radius)        (radius <= 0: no projection)
 
 ``W[k]`` receives the new iterate and ``gn[k] = |g|``.  The clipped sum is
-:func:`dpreg_kernels.linear_model._clipped_sum` itself (same chunks, stages and
-clip bound), compiled serially: callers use these kernels for batches below
-the parallel work threshold.
+the serial variant of :data:`dpreg_kernels.linear_model.clipped_sum` (or of the
+CSR one) itself - the compiled function the single-step path calls, linked in, not
+compiled a second time (a dp-sgd run needs it anyway for its diagnostics; measured:
+the first run's compile of the steps kernel 3.3 -> 1.2 s, docs/benchmarks.md) - with its
+chunks, stages and clip bound: callers use these kernels for batches below the parallel
+work threshold.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import types
 
+from . import linear_model, sparse
 from .config import jit_inline, jit_scalar
-from .linear_model import BlockFn, Idx, Kernel, Mat, ScalarFn, Vec, _clipped_sum, f8
-from .sparse import _csr_clipped_sum
+from .linear_model import BlockFn, Idx, Kernel, Mat, ScalarFn, Vec, f8
 
 #: a loss's compiled psi gradient ``f(w, params, out)``: ``out = grad psi(w)``
 PSI_SIG = types.none(Vec, Vec, Vec)
@@ -58,14 +61,25 @@ def _update(w, s, noise_k, sd, step, b, radius, W_k):
     return np.sqrt(gg)
 
 
+def _start(w0):
+    """(a copy of ``w0``, two zero vectors of its length): one allocation form
+    (every allocation form compiles one more numba overload on the first run)."""
+    d = w0.shape[0]
+    w = np.empty(d)
+    r = np.empty(d)
+    zero = np.empty(d)
+    for j in range(d):
+        w[j] = w0[j]
+        r[j] = 0.0
+        zero[j] = 0.0
+    return w, r, zero
+
+
 def _sgd_steps(X, y, nx, rows, offsets, w0, noise, sd, step, b, radius, psi, pp, dphi, blk, clip, W, gn):
     """K = len(offsets) - 1 DP-SGD steps from ``w0`` on dense rows (see the
     module docstring); returns the last iterate."""
     K = offsets.shape[0] - 1
-    d = X.shape[1]
-    w = w0.copy()
-    r = np.zeros(d)
-    zero = np.zeros(d)
+    w, r, zero = _start(w0)
     o1 = K < 0  # False (O1), as a variable: the kernel is compiled for a bool, not a literal
     for k in range(K):
         psi(w, pp, r)
@@ -83,10 +97,7 @@ def _csr_sgd_steps(data, indices, indptr, y, nx, rows, offsets, w0, noise, sd, s
                    clip, W, gn):
     """:func:`_sgd_steps` on CSR rows."""
     K = offsets.shape[0] - 1
-    d = w0.shape[0]
-    w = w0.copy()
-    r = np.zeros(d)
-    zero = np.zeros(d)
+    w, r, zero = _start(w0)
     o1 = K < 0  # False (O1), as a variable: the kernel is compiled for a bool, not a literal
     for k in range(K):
         psi(w, pp, r)
@@ -110,8 +121,26 @@ def _no_psi(w, pp, out):
 #: the psi gradient of a loss without psi
 no_psi = jit_scalar(PSI_SIG)(_no_psi)
 _update_i = jit_inline(_update)
-_clipped_sum_i = jit_inline(_clipped_sum)
-_csr_clipped_sum_i = jit_inline(_csr_clipped_sum)
+_start = jit_inline(_start)
+
+
+#: the serial clipped sums the steps kernels call, bound by their ``prepare`` hooks (below)
+_clipped_sum_i = _csr_clipped_sum_i = None
+
+
+def _bind(name, kernel):
+    """A ``prepare`` hook: binds the module global ``name`` (which a steps kernel
+    calls) to ``kernel``'s serial variant, compiled or loaded from numba's cache
+    only now - when a steps kernel is first wanted - so that importing this module
+    compiles nothing, and dense runs never compile the CSR sum."""
+    def prepare():
+        globals()[name] = kernel.serial
+
+    return prepare
+
+
 _STEP_TAIL = (Vec, Mat2, f8, f8, f8, f8, PsiFn, Vec, ScalarFn, BlockFn, f8, Mat2, Vec)
-sgd_steps = Kernel(Vec(Mat, Vec, Vec, Idx, Idx, *_STEP_TAIL), _sgd_steps)
-csr_sgd_steps = Kernel(Vec(Vec, Idx, Idx, Vec, Vec, Idx, Idx, *_STEP_TAIL), _csr_sgd_steps)
+sgd_steps = Kernel(Vec(Mat, Vec, Vec, Idx, Idx, *_STEP_TAIL), _sgd_steps,
+                   prepare=_bind("_clipped_sum_i", linear_model.clipped_sum))
+csr_sgd_steps = Kernel(Vec(Vec, Idx, Idx, Vec, Vec, Idx, Idx, *_STEP_TAIL), _csr_sgd_steps,
+                       prepare=_bind("_csr_clipped_sum_i", sparse.clipped_sum))
