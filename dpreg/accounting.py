@@ -59,18 +59,18 @@ def check_budget_args(epsilon: float, delta: float) -> None:
 def _dpa():
     """dp-accounting's names (:mod:`dpreg.dp_accounting_names`: each from its own module,
     imported on first use; lazy, so `dpreg --help` imports none)."""
+    if _DPA:
+        return _DPA[0]
+    import logging  # dp-accounting warns through absl on extreme trial events
+
     from .dp_accounting_names import dpa
 
-    global _ABSL_QUIET
-    if not _ABSL_QUIET:  # dp-accounting warns through absl on extreme trial events
-        import logging
-
-        logging.getLogger("absl").setLevel(logging.ERROR)
-        _ABSL_QUIET = True
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    _DPA.append(dpa)
     return dpa
 
 
-_ABSL_QUIET = False
+_DPA: list = []  # the names, once looked up (a call per charge: no import statement each time)
 
 
 def _atoms(event) -> Counter:
