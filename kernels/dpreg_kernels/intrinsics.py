@@ -5,6 +5,10 @@ cache line holding element ``j`` of a 1-D array.  The gather kernels use it to
 ask for the rows of the *next* block of a sampled batch while the current block
 is being processed, so random row reads overlap with arithmetic.  A prefetch
 never faults and never changes a result: it is a hint.
+
+:func:`float_from_bits` reinterprets an int64 as the float64 with those IEEE-754
+bits (LLVM's ``bitcast``: no instruction on x86, and it vectorises), for
+:func:`dpreg_kernels.vmath.exp_nonpos`'s ``2^k``.
 """
 from __future__ import annotations
 
@@ -37,5 +41,19 @@ def prefetch(typingctx, arr, j):
         builder.call(fn, [builder.bitcast(ptr, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
                           ir.Constant(i32, 1)])
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def float_from_bits(typingctx, b):
+    """The float64 whose IEEE-754 bit pattern is the int64 ``b``."""
+    if not isinstance(b, types.Integer):
+        return None
+    sig = types.float64(b)
+
+    def codegen(context, builder, signature, args):
+        v = context.cast(builder, args[0], signature.args[0], types.int64)
+        return builder.bitcast(v, ir.DoubleType())
 
     return sig, codegen

@@ -23,7 +23,7 @@ def logistic_dphi(m, y, out, work, bits, dphi):
     n = m.shape[0]
     for i in range(n):
         work[i] = -abs(y[i] * m[i])
-    exp_nonpos(work[:n], out, bits)      # distinct arrays: an aliased call does not vectorise
+    exp_nonpos(work[:n], out)      # distinct arrays: an aliased call does not vectorise
     for i in range(n):
         e = out[i]                       # exp(-|z|), z = y m
         s = e / (1.0 + e)                # sigma(-|z|)
@@ -36,7 +36,7 @@ def sigmoid_dphi(m, y, out, work, bits, dphi):
     n = m.shape[0]
     for i in range(n):
         work[i] = -abs(y[i] * m[i])
-    exp_nonpos(work[:n], out, bits)
+    exp_nonpos(work[:n], out)
     for i in range(n):
         e = out[i]
         u = 1.0 + e

@@ -7,10 +7,13 @@ large part of a kernel's time.  :func:`exp_nonpos` computes ``exp`` over an arra
 arithmetic LLVM vectorises: Cody-Waite range reduction ``x = k ln 2 + r``,
 ``|r| <= ln(2)/2``, a degree-12 Taylor polynomial for ``exp(r)`` (truncation
 error below ``0.347^13/13! = 1.8e-16``), and the factor ``2^k`` written
-directly as the bits of a float64 (an int64 scratch array viewed as float64).
+directly as the bits of a float64 (:func:`dpreg_kernels.intrinsics.float_from_bits`).
 Measured (`benchmarks/bench_kernels.py`, ``test_exp_block``, three rounds,
 2026-11-24): 0.56-0.70 ns per element, numpy's 0.59-0.69, a scalar libm loop
-3.1-5.4; relative error
+3.1-5.4 (the bits then went through an int64 scratch array viewed as float64, in a
+second loop; the bit cast in one loop halves the block derivative's first compile,
+0.64-0.71 -> 0.31-0.34 s, at the same kernel speed: docs/benchmarks.md, "Tenth session");
+relative error
 <= 2^-51 against ``math.exp`` on [-708, 0] (``tests/test_vmath.py``).
 
 Compiled without reassociation or approximate-function flags: the two-part
@@ -21,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from .config import CACHE, njit
+from .intrinsics import float_from_bits
 
 #: flags of the functions here: contraction into FMAs only (more accurate, never less)
 _EXACT = {"nsz", "contract"}
@@ -34,10 +38,9 @@ X_MIN = -708.0
 
 
 @njit(fastmath=_EXACT, cache=CACHE)
-def exp_nonpos(x, out, bits):
+def exp_nonpos(x, out):
     """``out[i] = exp(x[i])`` for ``x[i] <= 0``, i over
-    ``x.shape[0]``; ``bits`` is an int64 scratch array at least as long.
-    Arguments below -708 (and -inf) are clamped there (result 3.3e-308
+    ``x.shape[0]``.  Arguments below -708 (and -inf) are clamped there (result 3.3e-308
     instead of a subnormal or 0), positive ones to 0 (result 1: outside the
     contract); NaN gives NaN.  Relative error <= 2^-51.  ``out`` may be
     ``x``, but then LLVM's run-time overlap check sends the loop to its scalar
@@ -53,8 +56,5 @@ def exp_nonpos(x, out, bits):
         p = 1.0 + r * (1.0 + r * (0.5 + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (
             1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0 + r * (1.0 / 40320.0 + r * (
                 1.0 / 362880.0 + r * (1.0 / 3628800.0 + r * (1.0 / 39916800.0 + r * (1.0 / 479001600.0))))))))))))
-        out[i] = p if xi == xi else xi  # NaN stays NaN
-        bits[i] = (np.int64(k) + 1023) << 52  # 2^k as float64 bits (k >= -1022 after the clamp)
-    scale = bits[:n].view(np.float64)
-    for i in range(n):
-        out[i] *= scale[i]
+        scale = float_from_bits((np.int64(k) + 1023) << 52)  # 2^k (k >= -1022 after the clamp)
+        out[i] = (p if xi == xi else xi) * scale  # NaN stays NaN
