@@ -56,21 +56,16 @@ def check_budget_args(epsilon: float, delta: float) -> None:
         raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
 
 
+@functools.cache  # a call per charge: the import statement runs once
 def _dpa():
     """dp-accounting's names (:mod:`dpreg.dp_accounting_names`: each from its own module,
     imported on first use; lazy, so `dpreg --help` imports none)."""
-    if _DPA:
-        return _DPA[0]
     import logging  # dp-accounting warns through absl on extreme trial events
 
     from .dp_accounting_names import dpa
 
     logging.getLogger("absl").setLevel(logging.ERROR)
-    _DPA.append(dpa)
     return dpa
-
-
-_DPA: list = []  # the names, once looked up (a call per charge: no import statement each time)
 
 
 def _atoms(event) -> Counter:

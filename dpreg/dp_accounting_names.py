@@ -81,9 +81,8 @@ class _Names:
     def __getattr__(self, name):
         pkg = _package()
         home = _HOMES.get(name)
-        value = (getattr(importlib.import_module(f"{_PACKAGE}.{home}"), name) if home is not None
-                 else importlib.import_module(f"{_PACKAGE}.{name}") if name in ("rdp", "pld")
-                 else getattr(pkg, name))
+        # a name of _HOMES from its module; anything else (the sub-packages rdp, pld) from the package
+        value = getattr(importlib.import_module(f"{_PACKAGE}.{home}"), name) if home is not None else getattr(pkg, name)
         setattr(self, name, value)
         return value
 

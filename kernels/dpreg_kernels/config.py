@@ -16,6 +16,7 @@ Environment:
 """
 from __future__ import annotations
 
+import functools
 import os
 import types
 
@@ -58,17 +59,13 @@ KERNEL_OPT: int = int(os.environ.get("DPREG_KERNEL_OPT", "1"))
 if KERNEL_OPT not in (0, 1, 2, 3):
     raise ValueError(f"DPREG_KERNEL_OPT must be 0, 1, 2 or 3, not {KERNEL_OPT}")
 
-_COMPILER: list = []
-
-
+@functools.cache
 def kernel_compiler():
     """numba compiler pipeline for every kernel of this package: numba's own
     nopython pipeline whose lowering pass runs numba's LLVM passes at
     :data:`KERNEL_OPT` (numba reads its optimisation level from ``config.OPT``
     when it builds each pass manager; the pass sets it for its own run only,
     under numba's compiler lock, and restores it).  Built on first use."""
-    if _COMPILER:
-        return _COMPILER[0]
     from numba.core import config as nconfig
     from numba.core.compiler import CompilerBase, DefaultPassBuilder
     from numba.core.compiler_machinery import register_pass
@@ -97,7 +94,6 @@ def kernel_compiler():
             pm.passes = [(lowering.get(p, p), d) for p, d in pm.passes]
             return [pm]
 
-    _COMPILER.append(KernelCompiler)
     return KernelCompiler
 
 

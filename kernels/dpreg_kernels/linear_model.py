@@ -173,7 +173,7 @@ def _psi_term(r, rp, two):
     some coordinate (exactly: a ``dr`` that is 0 in every coordinate
     contributes nothing, so its dot products are skipped)."""
     d = r.shape[0]
-    dr = np.empty(d)  # 1-D float allocations only, in every kernel (each shape/dtype compiles an overload)
+    dr = np.empty(d)
     rr = 0.0
     nonzero = False
     for j in range(d):
@@ -437,7 +437,10 @@ def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
     # per chunk (a stride of d + 2): the partial sum, then its sum of clip factors (multiplies r)
     # and its clip count (a float: exact below 2^53).  One-dimensional allocations and
     # explicit zeroing: every allocation shape, dtype or np.zeros compiles one more numba
-    # overload on the first run (about 0.1-0.3 s of CPU each, docs/benchmarks.md)
+    # overload on the first run (0.03-0.26 s of CPU each, docs/benchmarks.md).  The CSR kernel
+    # (sparse._csr_clipped_sum) lays out and cuts its memory the same way, written out there
+    # too: shared numba helpers for both (tried in the tenth session, compile_events.py) added
+    # 0.4-0.6 s to the first run's compile
     pw = d + 2
     part = np.empty(nc * pw)
     for i in range(nc * pw):

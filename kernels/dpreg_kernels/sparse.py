@@ -175,7 +175,8 @@ def _csr_clipped_sum(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rp,
     b = n if full else idx.shape[0]
     nc = _csr_chunks(indptr, idx, full, b, d)
     step = (b + nc - 1) // nc
-    # partial sum, clip factors, clip count per chunk, one-dimensional (as in the dense kernel)
+    # partial sum, clip factors, clip count per chunk, one-dimensional: the dense kernel's layout
+    # (linear_model._clipped_sum, which says why it is written out in both)
     pw = d + 2
     part = np.empty(nc * pw)
     for i in range(nc * pw):
