@@ -159,3 +159,37 @@ def test_writable_install_leaves_numba_cache_dir_alone(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert res.returncode == 0 and res.stdout.strip() == "None", res.stderr
+
+
+_BLOCK_CACHE = """
+from dpreg_kernels import compile_block
+from dpreg_kernels.loss_blocks import logistic_dphi
+f = compile_block(logistic_dphi)
+print(sum(f.stats.cache_hits.values()), sum(f.stats.cache_misses.values()))
+"""
+
+
+def test_a_change_in_another_kernel_module_makes_the_cache_stale(tmp_path):
+    """numba checks a cached function against its own file only; the kernels link code
+    from other modules (here the logistic block derivative, in loss_blocks.py, calls
+    vmath.exp_nonpos).  After vmath.py changes, the block derivative must recompile
+    instead of loading its cached machine code with the old exp in it."""
+    import shutil
+
+    import dpreg_kernels
+
+    pkg = tmp_path / "k" / "dpreg_kernels"
+    shutil.copytree(os.path.dirname(dpreg_kernels.__file__), pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "k"), "NUMBA_CACHE_DIR": str(tmp_path / "nc")}
+
+    def run():
+        res = subprocess.run([sys.executable, "-c", _BLOCK_CACHE], capture_output=True, text=True, timeout=600,
+                             env=env, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return tuple(int(v) for v in res.stdout.split()[-2:])
+
+    assert run() == (0, 1)          # compiled
+    assert run() == (1, 0)          # loaded from the cache
+    with open(pkg / "vmath.py", "a") as f:
+        f.write("\n# a change elsewhere in the package\n")
+    assert run() == (0, 1)          # compiled again, not loaded with the old exp

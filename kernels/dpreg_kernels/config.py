@@ -105,6 +105,75 @@ def njit(*args, **kwargs):
     return numba.njit(*args, **kwargs)
 
 
+def _package_source_hash() -> bytes:
+    """sha256 over the sources of every module of this package (name and content)."""
+    import hashlib
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py"):
+            with open(os.path.join(here, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.digest()
+
+
+def _stamp_package_caches() -> None:
+    """Make numba's on-disk cache of every function of this package stale when *any*
+    module of the package changes, not only the function's own file.
+
+    numba checks a cached function against its own source file alone, but the kernels
+    link compiled code from other modules: dp-sgd's fused steps (``sgd``) call the
+    clipped sum of ``linear_model`` and ``sparse``, the CSR kernels ``linear_model``'s clip
+    factors, the losses' block functions ``vmath``'s ``exp``.  Measured before this: after an
+    edit of ``linear_model.py`` the clipped sum recompiled while the fused steps loaded
+    from the cache, with the old clipping code in them.  A locator placed before numba's
+    own ones (numba's ``CacheImpl._locator_classes``) takes this package's functions,
+    delegates to the locator numba would have used, and stamps the cache entries with
+    that locator's stamp *and* the hash of the package's sources
+    (:func:`_package_source_hash`)."""
+    from numba.core import caching
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    package_hash = _package_source_hash()
+
+    class PackageLocator(caching._CacheLocator):  # noqa: SLF001 - numba's locator interface
+        def __init__(self, inner):
+            self._inner = inner
+
+        def ensure_cache_path(self):
+            self._inner.ensure_cache_path()
+
+        def get_cache_path(self):
+            return self._inner.get_cache_path()
+
+        def get_source_stamp(self):
+            return self._inner.get_source_stamp(), package_hash
+
+        def get_disambiguator(self):
+            return self._inner.get_disambiguator()
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.path.dirname(os.path.abspath(py_file)) != here:
+                return None
+            for other in caching.CacheImpl._locator_classes:  # noqa: SLF001
+                if other is not cls:
+                    inner = other.from_function(py_func, py_file)
+                    if inner is not None:
+                        return cls(inner)
+            return None
+
+    classes = caching.CacheImpl._locator_classes  # noqa: SLF001
+    if not any(getattr(c, "__qualname__", "").endswith("PackageLocator") and c.__module__ == __name__
+               for c in classes):
+        classes.insert(0, PackageLocator)
+
+
+if CACHE:
+    _stamp_package_caches()
+
+
 def jit_parallel(signature):
     """Decorator: eager, cached, parallel njit with the project's flags."""
     return njit(signature, parallel=PARALLEL, fastmath=_FM, cache=CACHE, nogil=True)
