@@ -360,7 +360,8 @@ class Algorithm(ABC):
     """An outer loop.  Subclasses declare ``params`` (documented
     :class:`ParamSpec` s), ``paper`` (file and algorithm number it implements),
     ``uses_noise`` (whether ``--noise`` selects its running-sum mechanism) and
-    ``data_access`` ("single-pass" or "resample").
+    ``data_access`` ("single-pass": passes of disjoint batches, one pass
+    unless the algorithm has a ``passes`` parameter; or "resample").
 
     Constructed as ``Algo(problem, params, noise=NoiseClass, accountant=acc,
     seed=s, progress=callback)``; :meth:`run` returns a :class:`RunOutput`.

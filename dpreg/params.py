@@ -141,7 +141,8 @@ def practitioner_table(cls) -> dict[str, str]:
     declared ``practitioner`` table, or (None) :data:`DERIVED` restricted to
     the parameters it has.  A value is either one of its ParamSpec names (the
     option sets that parameter) or a sentence saying why the algorithm has no
-    counterpart.  A single-pass algorithm never takes ``epochs``."""
+    counterpart.  A single-pass algorithm takes ``epochs`` only as its
+    ``passes`` parameter (passes of disjoint batches), where it has one."""
     names = {s.name for s in cls.params}
     declared = getattr(cls, "practitioner", None)
     if declared is None:
@@ -149,7 +150,8 @@ def practitioner_table(cls) -> dict[str, str]:
     else:
         table = dict(declared)
     if getattr(cls, "data_access", "") == "single-pass":
-        table["epochs"] = ("it is single-pass: every record is used at most once, so a run is one epoch "
+        table["epochs"] = ("passes" if "passes" in names else
+                           "it is single-pass: every record is used at most once, so a run is one epoch "
                            "by construction and ends when the data run out")
     return table
 

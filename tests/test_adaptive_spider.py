@@ -16,12 +16,12 @@ from dpreg_plugins.algorithms.adaptive_spider import (
     default_B,
     theorem_alpha,
 )
-from dpreg_plugins.algorithms.spider_core import SpiderEstimator, calibrate_noise
+from dpreg_plugins.algorithms.spider_core import SpiderEstimator, calibrate_noise, planned_event
 from dpreg_plugins.losses.linear import Logistic, Sigmoid
 from dpreg_plugins.noise.gaussian import GaussianMechanism
 from dpreg_plugins.noise.tree import TreeMechanism
 
-from dpreg.accounting import RdpAccountant
+from dpreg.accounting import RdpAccountant, self_composed
 from dpreg.errors import BudgetExceededError
 from dpreg.interfaces import Participation
 from dpreg.params import bind
@@ -95,7 +95,7 @@ def test_defaults_follow_theorem_3_11():
 @pytest.mark.parametrize("noise", ["gaussian", "tree"])
 def test_single_pass_accounting_hits_budget(noise):
     pb = problem(n=20000)
-    out, acc = run(pb, noise, eps=2.0, steps=60)
+    out, acc = run(pb, noise, eps=2.0, steps=60, passes=1)
     assert acc.epsilon_spent <= 2.0 * (1 + 1e-9)
     assert acc.epsilon_spent >= 2.0 * 0.995
     assert out.records_used <= pb.n
@@ -107,6 +107,54 @@ def test_single_pass_accounting_hits_budget(noise):
         ref = RdpAccountant(2.0, 1e-5).epsilon_if(
             TreeMechanism.record_event(out.info["noise_multiplier"], out.info["horizon"], "disjoint", 1))
         assert acc.epsilon_spent == pytest.approx(ref, rel=1e-9)
+
+
+@pytest.mark.parametrize("noise", ["gaussian", "tree"])
+def test_passes_are_accounted_together_and_spend_the_budget(noise):
+    """passes=2: each pass a fresh permutation of all records under its own
+    pass id, a record in one add of each pass; z is calibrated for both
+    passes (larger than one pass's), and the accountant's rule - the worst
+    group of each pass, summed over passes - spends exactly the planned
+    one-pass exposure composed twice, within the budget."""
+    pb = problem(n=4000)
+    one, _ = run(pb, noise, eps=2.0, passes=1)
+    out, acc = run(pb, noise, eps=2.0, passes=2)
+    assert one.info["passes_made"] == 1 and out.info["passes"] == out.info["passes_made"] == 2
+    assert one.records_used <= pb.n < out.records_used <= 2 * pb.n
+    z1, z2 = one.info["noise_multiplier"], out.info["noise_multiplier"]
+    assert 1.2 * z1 < z2 < 1.6 * z1            # about sqrt(2) more noise for twice the exposure
+    passes = {key[0] for key in acc._groups}   # noqa: SLF001 (the accountant's (pass_id, group) keys)
+    assert len(passes) == 2
+    if noise == "tree":
+        worst = TreeMechanism.record_event(z2, out.info["horizon"], "disjoint", 1)
+    else:
+        worst = GaussianMechanism.record_event(z2, out.info["horizon"], "disjoint", 1)
+    ref = RdpAccountant(2.0, 1e-5).epsilon_if(self_composed(worst, 2))
+    assert acc.epsilon_spent == pytest.approx(ref, rel=1e-9)
+    assert 2.0 * 0.995 <= acc.epsilon_spent <= 2.0 * (1 + 1e-9)
+    # one pass's exposure alone is well inside the budget: the second pass is what spends the rest
+    assert RdpAccountant(2.0, 1e-5).epsilon_if(worst) < 0.8 * 2.0
+
+
+def test_passes_default_practical_and_one_under_theory():
+    pb = problem(n=3000)
+    default = AdaptiveSpider(pb, bind(AdaptiveSpider.params, {}, "x"), noise=TreeMechanism,
+                             accountant=RdpAccountant(1.0, 1e-5), seed=0)
+    theory = AdaptiveSpider(pb, bind(AdaptiveSpider.params, {"preset": "theory"}, "x"), noise=TreeMechanism,
+                            accountant=RdpAccountant(1.0, 1e-5), seed=0)
+    assert default.passes() == AS.PASSES > 1 and theory.passes() == 1
+    assert default.resolve()["T"] == AS.PASSES * pb.n and theory.resolve()["T"] == pb.n
+
+
+def test_planned_event_composes_one_pass_per_pass():
+    plan = [(1, [Participation.disjoint(("plan", 0))])]
+    one = planned_event(TreeMechanism, 5.0, 8, plan)
+    three = planned_event(TreeMechanism, 5.0, 8, plan, passes=3)
+    acc = RdpAccountant(100.0, 1e-5)
+    assert acc.epsilon_if(three) == pytest.approx(acc.epsilon_if(self_composed(one, 3)), rel=1e-12)
+    assert acc.epsilon_if(three) > acc.epsilon_if(one)
+    with pytest.raises(ValueError, match="passes"):
+        planned_event(TreeMechanism, 5.0, 8, plan, passes=0)
 
 
 @pytest.mark.parametrize("noise", ["gaussian", "tree"])
@@ -216,7 +264,9 @@ def test_real_data_from_python(noise):
     path = shared_file("ijcnn1.trn.bz2")
     rec = dpreg.run(algo="adaptive-spider", noise=noise, loss="sigmoid-l2", data=str(path), epsilon=1.0)
     assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
-    assert rec["diagnostics"]["usage"]["records_used"] <= rec["diagnostics"]["problem"]["n"]
+    info, n = rec["diagnostics"]["run_info"], rec["diagnostics"]["problem"]["n"]
+    assert info["passes"] == info["passes_made"] == AS.PASSES  # the practical default, every pass made
+    assert (AS.PASSES - 1) * n < rec["diagnostics"]["usage"]["records_used"] <= AS.PASSES * n
     assert rec["diagnostics"]["metrics"]["train_grad_norm"] < rec["diagnostics"]["trajectory"]["checkpoints"]["grad_norm"][0]
 
 

@@ -155,8 +155,9 @@ def test_json_record_state_spider_family(cli, tmp_path):
 # ------------------------------------------- passes: two single-pass stages (issue 10, finding 6)
 @pytest.mark.parametrize("naming", ["same", "per-stage"])
 def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch, naming):
-    """Hyper-parameter selection of adaptive-spider: two single-pass runs over
-    the same records plus the exponential selection.  Every record's own
+    """Hyper-parameter selection of adaptive-spider: two runs over the same
+    records (each of its default passes, a fresh partition into disjoint
+    batches) plus the exponential selection.  Every record's own
     releases are logged (which batches of which run hold it, what each batch
     was charged); the reported epsilon must equal the worst record's
     composition computed directly with dp-accounting, whether the stages
@@ -165,6 +166,7 @@ def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch
     from dpreg import access
     from dpreg.accounting import RdpAccountant
     from dpreg.interfaces import Participation
+    from dpreg_plugins.algorithms.adaptive_spider import PASSES
     from dpreg_plugins.selectors.private_selection import select_hyperparameters
 
     batches, charges, stage = [], [], []
@@ -201,9 +203,11 @@ def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch
     for e, k in charges:
         if k is not None:
             by_key.setdefault(k, []).append(e)
-    assert len({k[0] for k in by_key}) == 2  # two passes
+    # each run makes adaptive-spider's default passes, each a pass of its own (a fresh permutation)
+    n_passes = len({k[0] for k in by_key})
+    assert n_passes == 2 * PASSES
     histories = {tuple(sorted(keys)) for keys in keys_of}
-    assert max(len(h) for h in histories) == 2  # some record is in a batch of each run
+    assert max(len(h) for h in histories) == n_passes  # some record is in a batch of every pass
     worst = max(_rdp_eps(dpa.ComposedDpEvent(glob + [e for k in h for e in by_key.get(k, [])]), 1e-5,
                          "replace-one") for h in histories)
     assert acc.epsilon_spent == pytest.approx(worst, rel=1e-9)

@@ -19,6 +19,7 @@ from dpreg_plugins.algorithms.adaptive_spider import AdaptiveSpider
 from dpreg_plugins.algorithms.dp_gd import DPGD
 from dpreg_plugins.algorithms.dp_sgd import DPSGD
 from dpreg_plugins.algorithms.dp_spider import DPSpider
+from dpreg_plugins.algorithms.perturbed_sgd import PerturbedSGD
 from dpreg_plugins.algorithms.trust_region import DPTrustRegion, paper_phi
 from dpreg_plugins.losses.linear import Logistic
 
@@ -61,8 +62,11 @@ def test_every_algorithm_declares_a_consistent_table(registry):
         assert set(table) <= set(PRACTITIONER), cls.name
         for key, value in table.items():  # a parameter name, or a sentence saying why not
             assert value in names or " " in value, (cls.name, key, value)
-        if cls.data_access == "single-pass":
-            assert table["epochs"] not in names and "single-pass" in table["epochs"]
+        if cls.data_access == "single-pass":  # epochs are its passes of disjoint batches, or refused
+            if "passes" in names:
+                assert table["epochs"] == "passes", cls.name
+            else:
+                assert table["epochs"] not in names and "single-pass" in table["epochs"]
 
 
 def test_names_map_to_each_algorithms_own_parameters():
@@ -77,9 +81,13 @@ def test_names_map_to_each_algorithms_own_parameters():
 
 
 def test_refusals_name_the_algorithm_and_what_it_takes():
-    with pytest.raises(ParameterError, match=r"'adaptive-spider' has no counterpart for --epochs: it is "
-                                             r"single-pass.*it takes --lr \(step\), --batch-size \(batch\)"):
-        apply_practitioner(AdaptiveSpider, {}, dict(epochs=2), style="cli")
+    with pytest.raises(ParameterError, match=r"'perturbed-sgd' has no counterpart for --epochs: it is "
+                                             r"single-pass.*it takes --lr \(step\), --max-grad-norm \(clip\)"):
+        apply_practitioner(PerturbedSGD, {}, dict(epochs=2), style="cli")
+    # adaptive-spider makes passes of disjoint batches: --epochs is its 'passes', a whole number
+    assert apply_practitioner(AdaptiveSpider, {}, dict(epochs=2.0), style="cli") == {"passes": 2.0}
+    with pytest.raises(ParameterError, match=r"--epochs \(adaptive-spider's 'passes'\): parameter 'passes' expects int"):
+        apply_practitioner(AdaptiveSpider, {}, dict(epochs=2.5), style="cli")
     with pytest.raises(ParameterError, match="'dp-gd' has no counterpart for batch_size=: it is full-batch"):
         apply_practitioner(DPGD, {}, dict(batch_size=10))
     with pytest.raises(ParameterError, match=r"give either --lr or --param step=\.\.\., not both"):
@@ -106,8 +114,8 @@ def test_cli_names_reach_the_run_and_epochs_set_the_steps():
 
 
 def test_cli_refusals_are_one_line_with_advice():
-    line = refusal(invoke("run", "--algo", "adaptive-spider", "--data", SMALL, "--epochs", "2", "--out", "none"))
-    assert "single-pass" in line and "--batch-size" in line
+    line = refusal(invoke("run", "--algo", "perturbed-sgd", "--data", SMALL, "--epochs", "2", "--out", "none"))
+    assert "single-pass" in line and "--max-grad-norm" in line
     line = refusal(invoke("run", "--algo", "dp-sgd", "--data", SMALL, "--lr", "0.1", "--param", "step=0.1",
                           "--out", "none"))
     assert "not both" in line
@@ -152,6 +160,8 @@ def test_info_shows_practitioner_names_and_theory_availability():
     out = invoke("info", "dp-sgd").output
     assert "--lr               -> step" in out and "step (float, default derived; --lr)" in out
     out = invoke("info", "adaptive-spider").output
+    assert "--epochs           -> passes" in out and "passes (int, default derived; --epochs)" in out
+    out = invoke("info", "perturbed-sgd").output
     assert "--epochs           not taken: it is single-pass" in out
     out = invoke("info", "dp-spider").output
     assert "preset=theory: not offered: the warm-start paper states" in out

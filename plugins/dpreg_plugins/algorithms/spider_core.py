@@ -237,7 +237,8 @@ def _dry_run(noise_cls: type[NoiseMechanism], noise_multiplier: float, horizon: 
 
 
 def planned_event(noise_cls: type[NoiseMechanism], noise_multiplier: float, horizon: int,
-                  phases: Sequence[tuple[int, Sequence[Participation]]], *, relation: str = "replace-one"):
+                  phases: Sequence[tuple[int, Sequence[Participation]]], *, relation: str = "replace-one",
+                  passes: int = 1):
     """The exposure of the worst-case record over a planned run, as one event.
 
     ``phases`` is a list of ``(repeat, participations)``: a phase (one reset,
@@ -247,12 +248,22 @@ def planned_event(noise_cls: type[NoiseMechanism], noise_multiplier: float, hori
     the result composes every global charge with the charges of the most
     charged disjoint group (disjoint groups compose in parallel).  Give
     disjoint participations distinct groups, as the run will.
+
+    ``passes`` (keyword, default 1): ``phases`` plans *one pass* of a run that
+    makes ``passes`` passes over the records, each a fresh partition into
+    disjoint batches under its own ``pass_id``; the one-pass event is then
+    composed ``passes`` times - a record is in one group of every pass, and its
+    exposure is the worst group of each pass summed over the passes, the rule
+    :mod:`dpreg.accounting` charges by.
     """
+    if int(passes) < 1:
+        raise ValueError(f"planned_event: passes must be >= 1, got {passes!r}")
     global_counts, worst_group = _dry_run(noise_cls, noise_multiplier, horizon, phases, relation)
     events = [self_composed(e, c) for e, c in global_counts.items()] + _compress(worst_group)
     if not events:
         raise ValueError("planned_event: the plan releases nothing")
-    return events[0] if len(events) == 1 else composed(events)
+    one_pass = events[0] if len(events) == 1 else composed(events)
+    return self_composed(one_pass, int(passes))
 
 
 class PrepaidAccountant:
@@ -322,9 +333,10 @@ def prepay(accountant, noise_cls: type[NoiseMechanism],
 
 
 def calibrate_noise(accountant, noise_cls: type[NoiseMechanism], horizon: int,
-                    phases: Sequence[tuple[int, Sequence[Participation]]]) -> float:
+                    phases: Sequence[tuple[int, Sequence[Participation]]], *, passes: int = 1) -> float:
     """Smallest noise multiplier z for which the planned run fits the
     accountant's remaining budget (``accountant.calibrate`` over
-    :func:`planned_event`); raises ParameterError if none does."""
+    :func:`planned_event`, ``phases`` planning one of ``passes`` passes);
+    raises ParameterError if none does."""
     return accountant.calibrate(lambda z: planned_event(noise_cls, z, horizon, phases,
-                                                        relation=accountant.relation))
+                                                        relation=accountant.relation, passes=passes))
