@@ -124,6 +124,23 @@ def test_reported_epsilon_is_max_over_client_accountants(registry, pb):
     assert acc.state()["groups"] == rounds
     assert out.records_used == 3 * (out.info["o1_queries"] * out.info["batch1"]
                                     + out.info["o2_queries"] * out.info["batch2"])
+    # the default passes: every client re-permutes its shard each pass, under one pass id per pass
+    from dpreg_plugins.algorithms.perturbed_sgd import PASSES
+
+    assert out.info["passes"] == out.info["passes_made"] == PASSES > 1
+    assert len({key[0] for key in acc._groups}) == PASSES  # noqa: SLF001 ((pass_id, group) keys)
+    n_min = min(out.info["records_per_client"])
+    assert (PASSES - 1) * n_min < out.records_used / 3 <= PASSES * n_min
+
+
+def test_selection_needs_one_pass(registry, pb):
+    """Alg 4's selection shares run in parallel with one pass of training
+    batches: with select, the default is one pass and more is refused."""
+    algo, _ = _algo(registry, "distributed-spider", pb, clients=2, select="distributed-selection")
+    assert algo.passes() == 1 and algo.resolve()["passes"] == 1
+    algo, _ = _algo(registry, "distributed-spider", pb, clients=2, select="distributed-selection", passes=2)
+    with pytest.raises(ParameterError, match="needs passes=1"):
+        algo.run()
 
 
 def test_under_noised_plan_refused_before_any_client_release(registry, pb, monkeypatch):
@@ -360,7 +377,7 @@ def test_cli_run_and_info(tmp_path):
     c = ri["communication"]
     d = len(rec["release"]["model"]["weights"])  # 4 features + the intercept
     assert d == 5 and c["floats_up_per_round_per_client"] == d  # d floats up
-    assert d + 1 <= c["floats_down_per_round_per_client"] <= 2 * d + 2  # (round, mode, x[, x_prev])
+    assert d + 2 <= c["floats_down_per_round_per_client"] <= 2 * d + 3  # (round, mode, x[, x_prev], pass)
     info = CliRunner().invoke(cli, ["info", "distributed-spider"])
     assert info.exit_code == 0 and "sqrt(m) n eps" in info.output and "clients" in info.output
     bad = CliRunner().invoke(cli, ["run", "--algo", "distributed-spider", "--data", "synthetic-logistic:n=400,d=4",

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 import naive
+from dpreg_plugins.algorithms.perturbed_sgd import PASSES
 from dpreg.access import SinglePass
-from dpreg.accounting import RdpAccountant, gaussian_event
+from dpreg.accounting import RdpAccountant, gaussian_event, self_composed
 from dpreg.errors import BudgetExceededError
 from dpreg.params import bind
 from test_saddle_escape import NoNoise
@@ -40,24 +41,35 @@ def _algo(algo_cls, pb, noise_cls, seed=0, eps=EPS, **params):
 
 
 # ------------------------------------------------------------ naive reference
-def reference_run(pb, r, perm, *, init):
+def reference_run(pb, r, perms, *, init):
     """Alg 1 driven by Alg 2 with exact (noiseless) running sums, in plain numpy:
-    the same batches (a prefix-consumed permutation), drift = squared distance
-    moved since the last O1 (or a phase of ``horizon`` adds) triggers O1, a
-    repeated query at the same point reuses g."""
+    the same batches (each pass a prefix-consumed permutation of ``perms``;
+    a batch that does not fit moves to the next pass, whose first query is
+    O1), drift = squared distance moved since the last O1 (or a phase of
+    ``horizon`` adds) triggers O1, a repeated query at the same point reuses g."""
     loss, X, y, n = pb.loss, pb.X, pb.y, pb.n
     M2, C = r["diff_clip"], r["clip"]
-    st = {"ptr": 0, "prev": None, "g": None, "drift": math.inf, "o1": 0, "o2": 0, "steps": 0, "adds": 0}
+    st = {"ptr": 0, "used": 0, "pass": 0, "prev": None, "g": None, "drift": math.inf, "o1": 0, "o2": 0, "steps": 0,
+          "adds": 0}
 
     class Out(Exception):
         pass
 
     def take(b):
-        if st["ptr"] + b > n:
-            raise Out
-        idx = np.sort(perm[st["ptr"]:st["ptr"] + b])
+        idx = np.sort(perms[st["pass"]][st["ptr"]:st["ptr"] + b])
         st["ptr"] += b
+        st["used"] += b
         return idx
+
+    def fits(o1):
+        if st["ptr"] + (r["batch1"] if o1 else r["batch2"]) <= n:
+            return o1
+        if st["pass"] + 1 >= len(perms):
+            raise Out
+        st["pass"] += 1
+        st["ptr"] = 0
+        st["drift"] = math.inf
+        return True
 
     def query(x):
         if st["prev"] is not None:
@@ -66,7 +78,7 @@ def reference_run(pb, r, perm, *, init):
                 st["steps"] += 1
                 return st["g"]
             st["drift"] += mv
-        if st["g"] is None or st["drift"] >= r["kappa"] or st["adds"] >= r["horizon"]:
+        if fits(st["g"] is None or st["drift"] >= r["kappa"] or st["adds"] >= r["horizon"]):
             idx = take(r["batch1"])
             st["g"] = naive.clipped_grad_sum(loss, X, y, idx, x, C)[0] / r["batch1"]
             st["drift"] = 0.0
@@ -112,23 +124,26 @@ def reference_run(pb, r, perm, *, init):
     return out, certified, st
 
 
-def test_matches_plain_numpy_reference(registry, algo_cls):
+@pytest.mark.parametrize("passes", [1, 2])
+def test_matches_plain_numpy_reference(registry, algo_cls, passes):
     from dpreg.pipeline import load_prepared
     from dpreg.problem import Problem
 
     X, y, _, _ = load_prepared("synthetic-logistic:n=3000,d=5", seed=1, labels="binary")
     pb = Problem(registry.get("loss", "logistic"), X, y)
     params = dict(alpha=0.08, batch1=300, batch2=30, kappa=0.05, step=4.0, clip=1.0,
-                  diff_clip=0.25, escape_steps=6, escape_radius=0.05, repeats=3)
+                  diff_clip=0.25, escape_steps=6, escape_radius=0.05, repeats=3, passes=passes)
     algo, _ = _algo(algo_cls, pb, NoNoise, seed=7, **params)
     out = algo.run()
     r = out.info
-    perm = SinglePass(pb.n, algo.rng("perturbed-sgd batches"))._perm
-    w_ref, cert_ref, st = reference_run(pb, r, perm, init=np.zeros(pb.d))
+    rng = algo.rng("perturbed-sgd batches")  # the run's stream: one permutation per pass, in order
+    perms = [SinglePass(pb.n, rng)._perm for _ in range(passes)]
+    w_ref, cert_ref, st = reference_run(pb, r, perms, init=np.zeros(pb.d))
+    assert r["passes_made"] == st["pass"] + 1
     np.testing.assert_allclose(out.w, w_ref, rtol=1e-9, atol=1e-12)
     assert r["certified"] == cert_ref
     assert (r["o1_queries"], r["o2_queries"], out.iterations) == (st["o1"], st["o2"], st["steps"])
-    assert out.records_used == st["ptr"] == r["batch1"] * st["o1"] + r["batch2"] * st["o2"]
+    assert out.records_used == st["used"] == r["batch1"] * st["o1"] + r["batch2"] * st["o2"]
     assert r["escape_tests"] >= 1 and r["o2_queries"] > 0  # both branches were exercised
     assert r["longest_phase"] <= r["horizon"]
 
@@ -140,26 +155,31 @@ def test_spent_epsilon_within_budget_parallel_composition(registry, algo_cls, lo
     out = algo.run()
     st = acc.state()
     assert 0.97 * EPS <= acc.epsilon_spent <= EPS * (1 + 1e-9)
-    # single pass: one disjoint group per release, each charged exactly once, nothing global
+    # passes of disjoint batches: one disjoint group per release, each charged exactly once, nothing
+    # global; every pass the plan paid for is made, each under its own pass id
     releases = out.info["o1_queries"] + out.info["o2_queries"]
     assert st["groups"] == releases == st["charges"] and st["global_events"] == 0
     assert all(len(ev) == 1 for ev in acc._groups.values())
-    assert out.records_used <= logistic_problem.n
+    passes = out.info["passes"]
+    assert passes == PASSES > 1 and out.info["passes_made"] == passes == len({k[0] for k in acc._groups})
+    assert (passes - 1) * logistic_problem.n < out.records_used <= passes * logistic_problem.n
 
 
 def test_calibration_single_release_vs_tree_levels(registry, algo_cls, logistic_problem):
-    """gaussian: one Gaussian release per record spends exactly eps; tree: the
-    record's L = floor(log2 H)+1 node releases do, so z_tree > z_gauss."""
+    """gaussian: one Gaussian release per record and pass spends exactly eps;
+    tree: the record's L = floor(log2 H)+1 node releases per pass do, so
+    z_tree > z_gauss."""
     from dpreg_plugins.noise.tree import tree_levels
 
     algo, acc = _algo(algo_cls, logistic_problem, registry.get("noise", "gaussian"))
     r = algo.resolve()
-    assert acc.epsilon_if(gaussian_event(r["noise_multiplier"])) == pytest.approx(EPS, rel=1e-6)
+    assert r["passes"] == PASSES
+    assert acc.epsilon_if(self_composed(gaussian_event(r["noise_multiplier"]), PASSES)) == pytest.approx(EPS, rel=1e-6)
     algo_t, acc_t = _algo(algo_cls, logistic_problem, registry.get("noise", "tree"))
     rt = algo_t.resolve()
     tree = registry.get("noise", "tree")
     ev = tree.record_event(rt["noise_multiplier"], rt["horizon"], "disjoint", 1)
-    assert acc_t.epsilon_if(ev) == pytest.approx(EPS, rel=1e-6)
+    assert acc_t.epsilon_if(self_composed(ev, PASSES)) == pytest.approx(EPS, rel=1e-6)
     assert tree_levels(rt["horizon"]) >= 2 and rt["noise_multiplier"] > r["noise_multiplier"]
 
 
@@ -224,7 +244,7 @@ def test_drift_threshold_decides_o1_or_o2(registry, algo_cls, logistic_problem):
     small, _ = _algo(algo_cls, logistic_problem, gauss, kappa=1e-12, batch1=500, batch2=50, max_steps=30)
     o = small.run()
     assert o.info["o2_queries"] == 0 and o.info["o1_queries"] == o.iterations - o.info["reused_queries"]
-    big, _ = _algo(algo_cls, logistic_problem, gauss, kappa=1e9, batch1=500, batch2=50, max_phase=10 ** 6)
+    big, _ = _algo(algo_cls, logistic_problem, gauss, kappa=1e9, batch1=500, batch2=50, max_phase=10 ** 6, passes=1)
     o = big.run()
     assert o.info["o1_queries"] == 1 and o.info["stop_reason"] in ("records exhausted",
                                                                      "no escape from x~ in Q attempts")

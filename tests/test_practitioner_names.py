@@ -20,6 +20,7 @@ from dpreg_plugins.algorithms.dp_gd import DPGD
 from dpreg_plugins.algorithms.dp_sgd import DPSGD
 from dpreg_plugins.algorithms.dp_spider import DPSpider
 from dpreg_plugins.algorithms.perturbed_sgd import PerturbedSGD
+from dpreg_plugins.algorithms.zo_o2nc import ZoO2NC
 from dpreg_plugins.algorithms.trust_region import DPTrustRegion, paper_phi
 from dpreg_plugins.losses.linear import Logistic
 
@@ -81,9 +82,10 @@ def test_names_map_to_each_algorithms_own_parameters():
 
 
 def test_refusals_name_the_algorithm_and_what_it_takes():
-    with pytest.raises(ParameterError, match=r"'perturbed-sgd' has no counterpart for --epochs: it is "
-                                             r"single-pass.*it takes --lr \(step\), --max-grad-norm \(clip\)"):
-        apply_practitioner(PerturbedSGD, {}, dict(epochs=2), style="cli")
+    with pytest.raises(ParameterError, match=r"'zo-o2nc' has no counterpart for --epochs: it is "
+                                             r"single-pass.*it takes --lr \(step\)"):
+        apply_practitioner(ZoO2NC, {}, dict(epochs=2), style="cli")
+    assert apply_practitioner(PerturbedSGD, {}, dict(epochs=2.0), style="cli") == {"passes": 2.0}
     # adaptive-spider makes passes of disjoint batches: --epochs is its 'passes', a whole number
     assert apply_practitioner(AdaptiveSpider, {}, dict(epochs=2.0), style="cli") == {"passes": 2.0}
     with pytest.raises(ParameterError, match=r"--epochs \(adaptive-spider's 'passes'\): parameter 'passes' expects int"):
@@ -114,8 +116,8 @@ def test_cli_names_reach_the_run_and_epochs_set_the_steps():
 
 
 def test_cli_refusals_are_one_line_with_advice():
-    line = refusal(invoke("run", "--algo", "perturbed-sgd", "--data", SMALL, "--epochs", "2", "--out", "none"))
-    assert "single-pass" in line and "--max-grad-norm" in line
+    line = refusal(invoke("run", "--algo", "zo-o2nc", "--data", SMALL, "--epochs", "2", "--out", "none"))
+    assert "single-pass" in line and "--lr" in line
     line = refusal(invoke("run", "--algo", "dp-sgd", "--data", SMALL, "--lr", "0.1", "--param", "step=0.1",
                           "--out", "none"))
     assert "not both" in line
@@ -161,7 +163,7 @@ def test_info_shows_practitioner_names_and_theory_availability():
     assert "--lr               -> step" in out and "step (float, default derived; --lr)" in out
     out = invoke("info", "adaptive-spider").output
     assert "--epochs           -> passes" in out and "passes (int, default derived; --epochs)" in out
-    out = invoke("info", "perturbed-sgd").output
+    out = invoke("info", "zo-o2nc").output
     assert "--epochs           not taken: it is single-pass" in out
     out = invoke("info", "dp-spider").output
     assert "preset=theory: not offered: the warm-start paper states" in out

@@ -153,7 +153,9 @@ class ClientNode:
         self.problem = Problem(loss, X[:n_train], y[:n_train], name=f"client {j}")
         self.select_problem = (Problem(loss, X[n_train:], y[n_train:], name=f"client {j} selection share")
                                if n_select else None)
-        self.access = SinglePass(n_train, np.random.default_rng(seeds["batches"]))
+        self._batches = np.random.default_rng(seeds["batches"])  # the client's own secret stream
+        self.access = SinglePass(n_train, self._batches)
+        self.pass_no, self._used_before = 1, 0
         self.est = SpiderEstimator(self.problem, noise_cls, noise_multiplier=self.cfg["noise_multiplier"],
                                    horizon=self.cfg["horizon"], accountant=self.accountant,
                                    seed=seeds["noise"], clip=self.cfg["clip"],
@@ -170,16 +172,25 @@ class ClientNode:
 
             numba.set_num_threads(int(self.threads))
 
-    def step(self, t: int, mode: str, x: np.ndarray, x_prev: np.ndarray | None) -> np.ndarray:
+    def step(self, t: int, mode: str, x: np.ndarray, x_prev: np.ndarray | None, pass_no: int = 1) -> np.ndarray:
         """Round ``t`` of Alg 3: O1 (``mode == "O1"``: next batch1 unused
         records, a new running sum at ``x``) or O2 (next batch2, the clipped
         difference between ``x_prev`` and ``x`` added); returns the client's
         noisy running estimate g_j.  Asked again for round t, returns the same
-        message; any other round but t + 1 is refused."""
+        message; any other round but t + 1 is refused.  ``pass_no``: the
+        server's pass; a round of the next pass (an O1 round) starts a fresh
+        secret permutation of the client's shard under a new pass id, any
+        other change of pass is refused."""
         if t == self._round and self._last is not None:
             return self._last  # a recomputed call re-sends the same message: no new draw
         if t != self._round + 1:
             raise RuntimeError(f"client {self.j}: round {t} requested after round {self._round}")
+        if pass_no != self.pass_no:
+            if pass_no != self.pass_no + 1 or mode != "O1":
+                raise RuntimeError(f"client {self.j}: pass {pass_no} ({mode}) requested in pass {self.pass_no}")
+            self._used_before += self.access.used
+            self.access = SinglePass(self.problem.n, self._batches)
+            self.pass_no = pass_no
         self._threads()
         x = np.asarray(x, dtype=float)
         if mode == "O1":
@@ -247,7 +258,8 @@ class ClientNode:
         """The client's public counters and its accountant's state."""
         return {"client": self.j, "records": self.problem.n,
                 "selection_records": 0 if self.select_problem is None else self.select_problem.n,
-                "records_used": self.access.used, "gradient_evaluations": self.est.gradient_evaluations,
+                "records_used": self._used_before + self.access.used, "passes_made": self.pass_no,
+                "gradient_evaluations": self.est.gradient_evaluations,
                 "o1_queries": self.est.phases, "o2_queries": self.est.o2_calls,
                 "longest_phase": self.est.max_phase_steps, "clipped_terms": self.clipped,
                 "privacy": self.accountant.state()}

@@ -97,7 +97,7 @@ class DistributedSpiderOracle:
     """
 
     def __init__(self, backend, accountant, event, *, b1: int, b2: int, kappa: float, max_phase: int,
-                 records: int):
+                 records: int, passes: int = 1):
         self.backend = backend
         self.m = len(backend)
         self.accountant = accountant
@@ -105,6 +105,8 @@ class DistributedSpiderOracle:
         self.b1, self.b2, self.kappa = int(b1), int(b2), float(kappa)
         self.max_phase = int(max_phase)
         self.n = int(records)
+        #: passes over every shard the plan allows (each a fresh permutation on every client)
+        self.passes, self.pass_no, self._used_before = int(passes), 1, 0
         self.drift = math.inf
         self.prev: np.ndarray | None = None
         self.g: np.ndarray | None = None
@@ -114,16 +116,16 @@ class DistributedSpiderOracle:
 
     @property
     def records_used(self) -> int:
-        """Records each client has spent (all clients spend the same)."""
-        return self.used
+        """Record uses each client has spent, summed over the passes (all clients spend the same)."""
+        return self._used_before + self.used
 
     @property
     def records_total(self) -> int:
-        return self.n
+        return self.passes * self.n
 
     def stats(self) -> dict:
         return dict(o1_queries=self.o1, o2_queries=self.o2, longest_phase=self.longest,
-                    reused_queries=self.n_reused, rounds=self.rounds)
+                    reused_queries=self.n_reused, rounds=self.rounds, passes_made=self.pass_no)
 
     def query(self, x: np.ndarray) -> np.ndarray:
         if self.prev is not None:
@@ -134,17 +136,25 @@ class DistributedSpiderOracle:
             self.drift += moved
         o1 = self.g is None or self.drift >= self.kappa or self.phase_steps >= self.max_phase
         b = self.b1 if o1 else self.b2
+        if self.used + b > self.n and self.pass_no < self.passes:
+            # the next pass: every client re-permutes its shard; its first round is an O1 refresh
+            self._used_before += self.used
+            self.used, self.pass_no, self.drift = 0, self.pass_no + 1, math.inf
+            o1, b = True, self.b1
         if self.used + b > self.n:
             raise Exhausted(f"{b} records requested, {self.n - self.used} unused on the smallest shard")
         self.rounds += 1
-        # the run's accountant: the event each client charges its own before releasing
-        charge(self.accountant, self.event, Participation.disjoint(("batch", self.rounds)),
+        # the run's accountant: the event each client charges its own before releasing (a record
+        # is in one batch of each pass of its client: the batches of a pass are one pass's groups;
+        # a one-pass run keeps the default pass, which Alg 4's selection group shares: parallel)
+        pass_id = None if self.passes == 1 else ("pass", self.pass_no)
+        charge(self.accountant, self.event, Participation.disjoint(("batch", self.rounds), pass_id=pass_id),
                label=f"round {self.rounds} (per-client release)")
         x = np.array(x, dtype=float)
         if o1:
-            msgs = self.backend.call("step", self.rounds, "O1", x, None)
+            msgs = self.backend.call("step", self.rounds, "O1", x, None, self.pass_no)
         else:
-            msgs = self.backend.call("step", self.rounds, "O2", x, self.prev)
+            msgs = self.backend.call("step", self.rounds, "O2", x, self.prev, self.pass_no)
         g = np.array(msgs[0], dtype=float, copy=True)
         for v in msgs[1:]:
             g += v
@@ -237,6 +247,20 @@ class DistributedSpider(PerturbedSGD):
         """n of Thm 3: the training records of the smallest client."""
         return min(tr.size for tr, _ in self._shards())
 
+    def passes(self) -> int:
+        """perturbed-sgd's rule, but one pass when the run ends with Alg 4's
+        selection: the selection shares are disjoint from the training
+        records (so the selection gets the whole budget), which the
+        accountant's per-pass rule (worst group of each pass, summed) can
+        state only when the training batches make one pass; ``passes`` > 1
+        with ``select`` is refused."""
+        if self.p["select"] == "none":
+            return super().passes()
+        if self.p["passes"] is not None and int(self.p["passes"]) > 1:
+            raise ParameterError("distributed-spider: select=distributed-selection needs passes=1 (its selection "
+                                 "shares get the whole budget in parallel with one pass of training batches)")
+        return 1
+
     def messages_averaged(self) -> int:
         """m: the server averages one independently noised message per client."""
         return int(self.p["clients"])
@@ -273,12 +297,12 @@ class DistributedSpider(PerturbedSGD):
             raise ParameterError("scheduler is an address for backend=dask")
         r = self.resolve()
         m = int(p["clients"])
-        event = self.noise.record_event(r["noise_multiplier"], r["horizon"], "disjoint", 1)
+        event = self.noise.record_event(r["noise_multiplier"], r["horizon"], "disjoint", 1)  # per round
         backend = make_backend(p["backend"], self.client_specs(r), scheduler=p["scheduler"])
         try:
             oracle = DistributedSpiderOracle(backend, self.accountant, event, b1=r["batch1"], b2=r["batch2"],
                                              kappa=r["kappa"], max_phase=r["horizon"],
-                                             records=self.sample_size())
+                                             records=self.sample_size(), passes=r["passes"])
             out = self.descend(oracle, r)
             selection = None
             if p["select"] != "none":
