@@ -373,7 +373,9 @@ def _summary(rec, out):
                 step = sel["steps"][sel["index"]] if sel.get("steps") else None
                 what = f"candidate {sel['index']} of {sel['candidates']}" + (f" (step {step})" if step is not None else "")
             click.echo(f"  selection {sel['selector']} (epsilon {sel['epsilon']:.3g} of the budget): {what}")
-        click.echo(f"  usage     iterations={u['iterations']} records_used={u['records_used']} "
+        ri = diag.get("run_info") or {}
+        passes = f" passes={ri['passes_made']}" if ri.get("passes_made") is not None else ""
+        click.echo(f"  usage     iterations={u['iterations']}{passes} records_used={u['records_used']} "
                    f"gradient_evaluations={u['gradient_evaluations']}")
         click.echo(f"  time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")
     if out:
