@@ -136,14 +136,15 @@ def test_passes_are_accounted_together_and_spend_the_budget(noise):
     assert RdpAccountant(2.0, 1e-5).epsilon_if(worst) < 0.8 * 2.0
 
 
-def test_passes_default_practical_and_one_under_theory():
-    pb = problem(n=3000)
-    default = AdaptiveSpider(pb, bind(AdaptiveSpider.params, {}, "x"), noise=TreeMechanism,
-                             accountant=RdpAccountant(1.0, 1e-5), seed=0)
-    theory = AdaptiveSpider(pb, bind(AdaptiveSpider.params, {"preset": "theory"}, "x"), noise=TreeMechanism,
-                            accountant=RdpAccountant(1.0, 1e-5), seed=0)
-    assert default.passes() == AS.PASSES > 1 and theory.passes() == 1
-    assert default.resolve()["T"] == AS.PASSES * pb.n and theory.resolve()["T"] == pb.n
+def test_passes_default_practical_on_enough_records_and_one_under_theory():
+    def make(pb, **params):
+        return AdaptiveSpider(pb, bind(AdaptiveSpider.params, params, "x"), noise=TreeMechanism,
+                              accountant=RdpAccountant(1.0, 1e-5), seed=0)
+
+    big, small = problem(n=AS.PASSES_MIN_RECORDS), problem(n=AS.PASSES_MIN_RECORDS - 1)
+    assert make(big).passes() == AS.PASSES > 1 and make(big).resolve()["T"] == AS.PASSES * big.n
+    assert make(big, preset="theory").passes() == 1 and make(big, preset="theory").resolve()["T"] == big.n
+    assert make(small).passes() == 1 and make(small, passes=2).passes() == 2
 
 
 def test_planned_event_composes_one_pass_per_pass():

@@ -156,8 +156,8 @@ def test_json_record_state_spider_family(cli, tmp_path):
 @pytest.mark.parametrize("naming", ["same", "per-stage"])
 def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch, naming):
     """Hyper-parameter selection of adaptive-spider: two runs over the same
-    records (each of its default passes, a fresh partition into disjoint
-    batches) plus the exponential selection.  Every record's own
+    records (each of its two passes a fresh partition into disjoint batches)
+    plus the exponential selection.  Every record's own
     releases are logged (which batches of which run hold it, what each batch
     was charged); the reported epsilon must equal the worst record's
     composition computed directly with dp-accounting, whether the stages
@@ -166,7 +166,6 @@ def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch
     from dpreg import access
     from dpreg.accounting import RdpAccountant
     from dpreg.interfaces import Participation
-    from dpreg_plugins.algorithms.adaptive_spider import PASSES
     from dpreg_plugins.selectors.private_selection import select_hyperparameters
 
     batches, charges, stage = [], [], []
@@ -191,7 +190,7 @@ def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch
 
     monkeypatch.setattr(acc, "charge", spy_charge)
     pb = _problem(n=400, d=3)
-    grid = [{"alpha": 0.3, "steps": 30}, {"alpha": 0.5, "steps": 30}]
+    grid = [{"alpha": 0.3, "steps": 30, "passes": 2}, {"alpha": 0.5, "steps": 30, "passes": 2}]
     select_hyperparameters(pb, "adaptive-spider", grid, accountant=acc, epsilon_each=0.9, delta_each=4e-6,
                            epsilon_select=0.2, seed=3, noise=get_registry().get("noise", "tree"))
     keys_of = [[] for _ in range(pb.n)]
@@ -203,9 +202,9 @@ def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch
     for e, k in charges:
         if k is not None:
             by_key.setdefault(k, []).append(e)
-    # each run makes adaptive-spider's default passes, each a pass of its own (a fresh permutation)
+    # each run makes its two passes, each a pass of its own (a fresh permutation)
     n_passes = len({k[0] for k in by_key})
-    assert n_passes == 2 * PASSES
+    assert n_passes == 2 * 2
     histories = {tuple(sorted(keys)) for keys in keys_of}
     assert max(len(h) for h in histories) == n_passes  # some record is in a batch of every pass
     worst = max(_rdp_eps(dpa.ComposedDpEvent(glob + [e for k in h for e in by_key.get(k, [])]), 1e-5,

@@ -39,15 +39,17 @@ def _algo(registry, name, pb, noise="tree", seed=5, eps=EPS, **params):
 
 
 # -------------------------------------------------------------- equalities
+@pytest.mark.parametrize("passes", [1, 2])
 @pytest.mark.parametrize("noise", ["gaussian", "tree"])
-def test_one_client_is_perturbed_sgd_bit_for_bit(registry, pb, noise):
-    a, acc_a = _algo(registry, "perturbed-sgd", pb, noise)
-    b, acc_b = _algo(registry, "distributed-spider", pb, noise, clients=1)
+def test_one_client_is_perturbed_sgd_bit_for_bit(registry, pb, noise, passes):
+    a, acc_a = _algo(registry, "perturbed-sgd", pb, noise, passes=passes)
+    b, acc_b = _algo(registry, "distributed-spider", pb, noise, clients=1, passes=passes)
     oa, ob = a.run(), b.run()
     assert np.array_equal(oa.w, ob.w)
     assert (oa.iterations, oa.records_used, oa.gradient_evaluations) == \
         (ob.iterations, ob.records_used, ob.gradient_evaluations)
-    for k in ("o1_queries", "o2_queries", "escape_tests", "certified", "noise_multiplier", "batch1", "batch2"):
+    for k in ("o1_queries", "o2_queries", "escape_tests", "certified", "noise_multiplier", "batch1", "batch2",
+              "passes_made"):
         assert oa.info[k] == ob.info[k], k
     assert acc_a.epsilon_spent == acc_b.epsilon_spent
     assert ob.info["client_privacy"][0]["epsilon_spent"] == pytest.approx(acc_b.epsilon_spent, rel=1e-12)
@@ -112,7 +114,7 @@ def test_lost_worker_aborts_with_one_line_and_no_record(registry, tmp_path, monk
 
 # ----------------------------------------------------------------- privacy
 def test_reported_epsilon_is_max_over_client_accountants(registry, pb):
-    algo, acc = _algo(registry, "distributed-spider", pb, clients=3, sharding="dirichlet", beta=0.5)
+    algo, acc = _algo(registry, "distributed-spider", pb, clients=3, sharding="dirichlet", beta=0.5, passes=3)
     out = algo.run()
     cp = out.info["client_privacy"]
     eps = [c["epsilon_spent"] for c in cp]
@@ -124,13 +126,11 @@ def test_reported_epsilon_is_max_over_client_accountants(registry, pb):
     assert acc.state()["groups"] == rounds
     assert out.records_used == 3 * (out.info["o1_queries"] * out.info["batch1"]
                                     + out.info["o2_queries"] * out.info["batch2"])
-    # the default passes: every client re-permutes its shard each pass, under one pass id per pass
-    from dpreg_plugins.algorithms.perturbed_sgd import PASSES
-
-    assert out.info["passes"] == out.info["passes_made"] == PASSES > 1
-    assert len({key[0] for key in acc._groups}) == PASSES  # noqa: SLF001 ((pass_id, group) keys)
+    # three passes: every client re-permutes its shard each pass, under one pass id per pass
+    assert out.info["passes"] == out.info["passes_made"] == 3
+    assert len({key[0] for key in acc._groups}) == 3  # noqa: SLF001 ((pass_id, group) keys)
     n_min = min(out.info["records_per_client"])
-    assert (PASSES - 1) * n_min < out.records_used / 3 <= PASSES * n_min
+    assert 2 * n_min < out.records_used / 3 <= 3 * n_min
 
 
 def test_selection_needs_one_pass(registry, pb):

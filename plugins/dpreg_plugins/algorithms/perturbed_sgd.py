@@ -90,8 +90,10 @@ LOG_MAX = 50
 DIFF_CLIP_DIVISOR = 4.0
 #: practical step eta = STEP_FACTOR / M (see the ``step`` parameter); preset=theory keeps 1/M
 STEP_FACTOR = 2.0
-#: practical number of passes over the records (the ``passes`` parameter; preset=theory: 1)
+#: practical number of passes over the records (the ``passes`` parameter; preset=theory: 1) when
+#: one oracle has at least PASSES_MIN_RECORDS records (a public count); fewer make one pass
 PASSES = 3
+PASSES_MIN_RECORDS = 20_000
 #: log factor mu of eq. (5): practical and preset=theory values (see the ``mu`` parameter)
 MU_PRACTICAL, MU_THEORY = 3.0, 2.0
 
@@ -307,7 +309,8 @@ class PerturbedSGD(Algorithm):
                   "tree is calibrated for bit_length(H) levels (5 for H = 16); default 16", low=1),
         ParamSpec("passes", "int", None, "passes over the records: each pass a fresh secret permutation cut into "
                   "disjoint batches (starting with an O1 refresh), the noise calibrated for all passes together",
-                  "Alg 1 + 2 are single-pass (preset=theory: 1 pass); practical default 3 for the empirical loss a practitioner minimises (a record is in one batch of every pass: one pass's exposure composed passes times, z about sqrt(passes) larger). Chosen on training data (tune_on_training_data.py, tuning seeds), passes 1, 2, 3, 4: perturbed-sgd IJCNN1 gap ratio to dp-sgd 1.99, 1.43, 1.38, 1.19, adult train accuracy 0.8309, 0.8320, 0.8333, 0.8354, synthetic gap ratio 10.2, 12.4, 12.6, 19.6; distributed-spider (2 clients) 2.64, 2.06, 1.68, 1.55, adult 0.8283, 0.8302, 0.8294, 0.8218, synthetic 14.5, 19.5, 20.3, 35.3: 3 is the fewest passes that brings distributed-spider within 2x on IJCNN1, at a 1.2-1.4x larger gap on the well-conditioned synthetic set, where one pass is enough", low=1),
+                  "Alg 1 + 2 are single-pass (preset=theory: 1 pass); practical default 1 below 20,000 records per "
+                  "oracle (per client), else 3 for the empirical loss a practitioner minimises (a record is in one batch of every pass: one pass's exposure composed passes times, z about sqrt(passes) larger). Chosen on training data (tune_on_training_data.py, tuning seeds), passes 1, 2, 3, 4: perturbed-sgd IJCNN1 gap ratio to dp-sgd 1.99, 1.43, 1.38, 1.19, adult train accuracy 0.8309, 0.8320, 0.8333, 0.8354, synthetic gap ratio 10.2, 12.4, 12.6, 19.6; distributed-spider (2 clients) 2.64, 2.06, 1.68, 1.55, adult 0.8283, 0.8302, 0.8294, 0.8218, synthetic 14.5, 19.5, 20.3, 35.3: 3 is the fewest passes that brings distributed-spider within 2x on IJCNN1, at a 1.2-1.4x larger gap on the well-conditioned synthetic set, where one pass is enough. Below 20,000 records passes cost more than they give (perturbed-sgd, synthetic-logistic:d=20, tuning seeds 100-102, training gap with 1 / 3 passes: n = 1,000 0.75 / 2.10, 3,000 0.22 / 0.96, 10,000 0.038 / 0.076, 30,000 0.0097 / 0.0126)", low=1),
         ParamSpec("max_steps", "int", None, "cap on oracle queries T",
                   "Alg 2 horizon T = O(U/(eta chi^2)); default: until the records run out", low=1),
         ParamSpec("clip", "float", None, "per-record gradient clipping bound C (O1 sensitivity 2C/b1)",
@@ -343,10 +346,14 @@ class PerturbedSGD(Algorithm):
 
     def passes(self) -> int:
         """Passes over the records: the ``passes`` parameter, else 1 under
-        preset=theory (the paper's single pass) and :data:`PASSES` otherwise."""
+        preset=theory (the paper's single pass), and otherwise :data:`PASSES`
+        when one oracle has at least :data:`PASSES_MIN_RECORDS` records
+        (:meth:`sample_size`, public: per client for distributed-spider), 1 below."""
         if self.p["passes"] is not None:
             return int(self.p["passes"])
-        return 1 if self.p["preset"] == "theory" else PASSES
+        if self.p["preset"] == "theory" or self.sample_size() < PASSES_MIN_RECORDS:
+            return 1
+        return PASSES
 
     def theory(self):
         """(alpha(n, d, eps, G, M, rho, U), kappa(...)): the theorem behind the defaults."""
