@@ -4,9 +4,10 @@ liu-talwar-2024-adaptive-batch-sosp.txt (parameters of Thm 3.11).
 
 Passes of disjoint batches (dpreg.access.SinglePass): within a pass each
 record is used at most once, batches drawn from the pass's unused records.
-Alg 2 makes one pass (preset=theory); the practical default makes
-``passes`` = 3 (a fresh secret permutation per pass, each pass starting with
-an O1 refresh), for the empirical loss a practitioner minimises.  At step t:
+Alg 2 makes one pass (preset=theory); on 20,000 records or more the
+practical default makes ``passes`` = 3 (a fresh secret permutation per pass,
+each pass starting with an O1 refresh), for the empirical loss a
+practitioner minimises.  At step t:
 
 * if drift >= kappa: O1 - a fresh batch of b records, per-record gradients
   clipped to C = G, mean; the noise mechanism is reset (new phase) and the

@@ -26,9 +26,10 @@ the oracle (section 5: "fully utilizes the DP Gaussian noise already present").
 Privacy.  Passes of disjoint batches: within a pass every batch is a fresh
 disjoint set of records, so each record enters exactly one increment of one
 running sum per pass; the paper's algorithm makes one pass (preset=theory),
-the practical default ``passes`` (a fresh secret permutation per pass, each
-starting with an O1 refresh), and z is calibrated for one pass's exposure
-composed over the passes.  The noise multiplier z
+the practical default ``passes`` = 3 when one oracle has 20,000 records or
+more (a fresh secret permutation per pass, each starting with an O1
+refresh), and z is calibrated for one pass's exposure composed over the
+passes.  The noise multiplier z
 is calibrated so that this one exposure (the mechanism's ``record_event`` for a
 disjoint add, which for ``tree`` covers every node the increment enters) fits
 (eps, delta); disjoint batches compose in parallel (Thm 2 proof: "as we never
