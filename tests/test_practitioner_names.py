@@ -13,7 +13,8 @@ import dpreg
 from dpreg.accounting import RdpAccountant
 from dpreg.cli import cli
 from dpreg.errors import ParameterError
-from dpreg.params import PRACTITIONER, apply_practitioner, bind, practitioner_table
+from dpreg.interfaces import Algorithm
+from dpreg.params import PRACTITIONER, ParamSpec, apply_practitioner, bind, practitioner_table
 from dpreg.problem import Problem
 from dpreg_plugins.algorithms.adaptive_spider import AdaptiveSpider
 from dpreg_plugins.algorithms.dp_gd import DPGD
@@ -54,6 +55,17 @@ def make(cls, pb, eps=1.0, delta=1e-5, noise=None, **params):
     return cls(pb, bind(cls.params, params, cls.name), noise=noise, accountant=acc, seed=0), acc
 
 
+class _OnePass(Algorithm):
+    """A third-party single-pass algorithm without a ``passes`` parameter."""
+
+    name = "one-pass"
+    data_access = "single-pass"
+    params = (ParamSpec("step", "float", None, "step size", "none"),)
+
+    def run(self):  # pragma: no cover - never run
+        raise NotImplementedError
+
+
 # ------------------------------------------------------------------ the tables
 def test_every_algorithm_declares_a_consistent_table(registry):
     for entry in registry.entries("algorithm"):
@@ -68,6 +80,7 @@ def test_every_algorithm_declares_a_consistent_table(registry):
                 assert table["epochs"] == "passes", cls.name
             else:
                 assert table["epochs"] not in names and "single-pass" in table["epochs"]
+    assert "single-pass" in practitioner_table(_OnePass)["epochs"]  # without passes: refused, saying why
 
 
 def test_names_map_to_each_algorithms_own_parameters():
@@ -82,10 +95,11 @@ def test_names_map_to_each_algorithms_own_parameters():
 
 
 def test_refusals_name_the_algorithm_and_what_it_takes():
-    with pytest.raises(ParameterError, match=r"'zo-o2nc' has no counterpart for --epochs: it is "
+    with pytest.raises(ParameterError, match=r"'one-pass' has no counterpart for --epochs: it is "
                                              r"single-pass.*it takes --lr \(step\)"):
-        apply_practitioner(ZoO2NC, {}, dict(epochs=2), style="cli")
-    assert apply_practitioner(PerturbedSGD, {}, dict(epochs=2.0), style="cli") == {"passes": 2.0}
+        apply_practitioner(_OnePass, {}, dict(epochs=2), style="cli")
+    for cls in (PerturbedSGD, ZoO2NC):  # single-pass algorithms with passes take --epochs as them
+        assert apply_practitioner(cls, {}, dict(epochs=2.0), style="cli") == {"passes": 2.0}
     # adaptive-spider makes passes of disjoint batches: --epochs is its 'passes', a whole number
     assert apply_practitioner(AdaptiveSpider, {}, dict(epochs=2.0), style="cli") == {"passes": 2.0}
     with pytest.raises(ParameterError, match=r"--epochs \(adaptive-spider's 'passes'\): parameter 'passes' expects int"):
@@ -116,8 +130,8 @@ def test_cli_names_reach_the_run_and_epochs_set_the_steps():
 
 
 def test_cli_refusals_are_one_line_with_advice():
-    line = refusal(invoke("run", "--algo", "zo-o2nc", "--data", SMALL, "--epochs", "2", "--out", "none"))
-    assert "single-pass" in line and "--lr" in line
+    line = refusal(invoke("run", "--algo", "zo-o2nc", "--data", SMALL, "--max-grad-norm", "1", "--out", "none"))
+    assert "no counterpart for --max-grad-norm" in line and "--epochs (passes)" in line and "--lr" in line
     line = refusal(invoke("run", "--algo", "dp-sgd", "--data", SMALL, "--lr", "0.1", "--param", "step=0.1",
                           "--out", "none"))
     assert "not both" in line
@@ -164,7 +178,7 @@ def test_info_shows_practitioner_names_and_theory_availability():
     out = invoke("info", "adaptive-spider").output
     assert "--epochs           -> passes" in out and "passes (int, default derived; --epochs)" in out
     out = invoke("info", "zo-o2nc").output
-    assert "--epochs           not taken: it is single-pass" in out
+    assert "--epochs           -> passes" in out and "--max-grad-norm    not taken" in out
     out = invoke("info", "dp-spider").output
     assert "preset=theory: not offered: the warm-start paper states" in out
 

@@ -375,6 +375,33 @@ def test_run_spends_at_most_epsilon_and_charges_dp_accounting_events(registry, r
     assert out.records_used == K * (B1 + B2 * (T - 1)) <= ramp_problem.n
 
 
+@pytest.mark.parametrize("noise", ["tree", "gaussian"])
+def test_passes_compose_one_pass_exposure_and_reuse_every_record(registry, ramp_problem, noise):
+    """passes=2: K blocks per pass, each pass a fresh permutation under its own
+    pass id; dp-accounting's event of one record's exposure in one pass,
+    composed twice, is what the run spends (and the budget); the data set's
+    records are used once per pass.  Below 20,000 records the default is one
+    pass, under preset=theory too."""
+    from dpreg_plugins.algorithms import zo_o2nc as zo
+
+    algo, acc = _algo(registry, ramp_problem, eps=2.0, noise=noise, passes=2)
+    out = algo.run()
+    T, K, z = out.info["block_length"], out.info["blocks"], out.info["noise_multiplier"]
+    ref = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_SPECIAL)
+    one = dpa.SingleEpochTreeAggregationDpEvent(z, T) if noise == "tree" else dpa.GaussianDpEvent(z)
+    ref.compose(dpa.SelfComposedDpEvent(one, 2))
+    assert acc.epsilon_spent == pytest.approx(ref.get_epsilon(1e-5), rel=1e-6)
+    assert acc.epsilon_spent == pytest.approx(2.0, rel=1e-3)
+    assert out.info["passes"] == out.info["passes_made"] == 2 and out.iterations == 2 * K * T
+    assert len({key[0] for key in acc._groups}) == 2  # noqa: SLF001 ((pass_id, group) keys)
+    per_pass = K * (out.info["batch1"] + out.info["batch2"] * (T - 1))
+    assert out.records_used == 2 * per_pass and per_pass <= ramp_problem.n
+    assert out.info["trajectory"].steps[-2 * K:] == list(range(1, 2 * K + 1))  # every block of both passes kept
+    one_pass, _ = _algo(registry, ramp_problem, eps=2.0, noise=noise)
+    assert one_pass.passes() == 1 and ramp_problem.n < zo.PASSES_MIN_RECORDS
+    assert one_pass.run().info["noise_multiplier"] < z  # two passes: more noise per release
+
+
 def test_naive_oracle_and_paper_noise_rule(registry, ramp_problem):
     algo, acc = _algo(registry, ramp_problem, eps=2.0, oracle="naive")
     out = algo.run()
