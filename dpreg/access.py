@@ -107,6 +107,24 @@ def poisson_rows(rng: np.random.Generator, n: int, q: float) -> np.ndarray:
     return rows
 
 
+#: the practical ``passes`` default of the single-pass algorithms applies from this
+#: many records on (n is public; per oracle, i.e. per client where clients hold shards):
+#: below it passes cost more than they give (benchmarks/passes_crossover.py)
+PASSES_MIN_RECORDS = 20_000
+
+
+def default_passes(given: int | None, preset: str, n: int, practical: int) -> int:
+    """Passes over the records of a single-pass algorithm: ``given`` (the
+    ``passes`` parameter) if set, else 1 under ``preset`` "theory" (the
+    papers' single pass) or below :data:`PASSES_MIN_RECORDS` records, else
+    ``practical``.  Reads nothing but the public record count ``n``."""
+    if given is not None:
+        return int(given)
+    if preset == "theory" or n < PASSES_MIN_RECORDS:
+        return 1
+    return int(practical)
+
+
 class SinglePass:
     """Disjoint batches from a seeded permutation of ``range(n)``: one pass.
 

@@ -195,3 +195,14 @@ def test_dp_sgd_charges_its_plan_once_before_releasing(registry):
     ref = registry.get("accountant", "rdp")(1.0, 1e-5, cls.relation)
     assert acc.epsilon_spent == pytest.approx(ref.epsilon_if(plan), rel=1e-12)
     assert acc.epsilon_spent <= 1.0 * (1 + 1e-9)
+
+
+def test_default_passes_rule():
+    """The single-pass algorithms' practical passes: a given value wins, the
+    papers' one pass under preset=theory and below PASSES_MIN_RECORDS."""
+    from dpreg.access import PASSES_MIN_RECORDS, default_passes
+
+    assert default_passes(5, "theory", 10, 3) == 5
+    assert default_passes(None, "practical", PASSES_MIN_RECORDS, 3) == 3
+    assert default_passes(None, "practical", PASSES_MIN_RECORDS - 1, 3) == 1
+    assert default_passes(None, "theory", 10 ** 9, 3) == 1

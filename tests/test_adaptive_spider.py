@@ -141,7 +141,9 @@ def test_passes_default_practical_on_enough_records_and_one_under_theory():
         return AdaptiveSpider(pb, bind(AdaptiveSpider.params, params, "x"), noise=TreeMechanism,
                               accountant=RdpAccountant(1.0, 1e-5), seed=0)
 
-    big, small = problem(n=AS.PASSES_MIN_RECORDS), problem(n=AS.PASSES_MIN_RECORDS - 1)
+    from dpreg.access import PASSES_MIN_RECORDS
+
+    big, small = problem(n=PASSES_MIN_RECORDS), problem(n=PASSES_MIN_RECORDS - 1)
     assert make(big).passes() == AS.PASSES > 1 and make(big).resolve()["T"] == AS.PASSES * big.n
     assert make(big, preset="theory").passes() == 1 and make(big, preset="theory").resolve()["T"] == big.n
     assert make(small).passes() == 1 and make(small, passes=2).passes() == 2

@@ -398,7 +398,14 @@ def test_passes_compose_one_pass_exposure_and_reuse_every_record(registry, ramp_
     assert out.records_used == 2 * per_pass and per_pass <= ramp_problem.n
     assert out.info["trajectory"].steps[-2 * K:] == list(range(1, 2 * K + 1))  # every block of both passes kept
     one_pass, _ = _algo(registry, ramp_problem, eps=2.0, noise=noise)
-    assert one_pass.passes() == 1 and ramp_problem.n < zo.PASSES_MIN_RECORDS
+    from dpreg.access import PASSES_MIN_RECORDS
+
+    assert one_pass.passes() == 1 and ramp_problem.n < PASSES_MIN_RECORDS
+    rng = np.random.default_rng(0)
+    big = Problem(registry.get("loss", "ramp"), unit_rows(rng, PASSES_MIN_RECORDS, 3),
+                  np.where(rng.random(PASSES_MIN_RECORDS) < 0.5, -1.0, 1.0))
+    assert _algo(registry, big)[0].passes() == zo.PASSES > 1
+    assert _algo(registry, big, preset="theory")[0].passes() == 1
     assert one_pass.run().info["noise_multiplier"] < z  # two passes: more noise per release
 
 

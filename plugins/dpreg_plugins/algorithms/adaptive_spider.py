@@ -49,7 +49,7 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
-from dpreg.access import Exhausted, SinglePass
+from dpreg.access import Exhausted, SinglePass, default_passes
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
@@ -89,9 +89,8 @@ ADAPTIVE_SCALE = 3.0
 #: practical O2 clip factor M' = M / DIFF_CLIP_DIVISOR (see the ``diff_clip`` parameter)
 DIFF_CLIP_DIVISOR = 8.0
 #: practical number of passes over the records (the ``passes`` parameter; preset=theory: 1) on
-#: data sets of at least PASSES_MIN_RECORDS records (a public count); smaller ones make one pass
+#: data sets of at least dpreg.access.PASSES_MIN_RECORDS records; smaller ones make one pass
 PASSES = 3
-PASSES_MIN_RECORDS = 20_000
 
 
 class AdaptiveSpider(Algorithm):
@@ -229,14 +228,10 @@ class AdaptiveSpider(Algorithm):
                     diff_clip=diff_clip, adaptive_scale=factor("adaptive_scale", ADAPTIVE_SCALE))
 
     def passes(self) -> int:
-        """Passes over the records: the ``passes`` parameter, else 1 under
-        preset=theory (Alg 2's single pass), and otherwise :data:`PASSES` on
-        at least :data:`PASSES_MIN_RECORDS` records (n is public), 1 below."""
-        if self.p["passes"] is not None:
-            return int(self.p["passes"])
-        if self.p["preset"] == "theory" or self.problem.n < PASSES_MIN_RECORDS:
-            return 1
-        return PASSES
+        """Passes over the records (:func:`dpreg.access.default_passes`: the
+        parameter, else 1 under preset=theory - Alg 2's single pass - or on
+        few records, else :data:`PASSES`)."""
+        return default_passes(self.p["passes"], self.p["preset"], self.problem.n, PASSES)
 
     def adaptive_batch(self, s: float, r: dict) -> int:
         """b_t = ceil(c_bt max{s sqrt(d)/(alpha eps), kappa s/alpha^2, 1}), s = M' |x_t - x_{t-1}|."""

@@ -75,7 +75,7 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
-from dpreg.access import Exhausted, SinglePass
+from dpreg.access import Exhausted, SinglePass, default_passes
 from dpreg.accounting import self_composed
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, RunOutput
@@ -92,9 +92,8 @@ DIFF_CLIP_DIVISOR = 4.0
 #: practical step eta = STEP_FACTOR / M (see the ``step`` parameter); preset=theory keeps 1/M
 STEP_FACTOR = 2.0
 #: practical number of passes over the records (the ``passes`` parameter; preset=theory: 1) when
-#: one oracle has at least PASSES_MIN_RECORDS records (a public count); fewer make one pass
+#: one oracle has at least dpreg.access.PASSES_MIN_RECORDS records; fewer make one pass
 PASSES = 3
-PASSES_MIN_RECORDS = 20_000
 #: log factor mu of eq. (5): practical and preset=theory values (see the ``mu`` parameter)
 MU_PRACTICAL, MU_THEORY = 3.0, 2.0
 
@@ -346,15 +345,11 @@ class PerturbedSGD(Algorithm):
         return 1
 
     def passes(self) -> int:
-        """Passes over the records: the ``passes`` parameter, else 1 under
-        preset=theory (the paper's single pass), and otherwise :data:`PASSES`
-        when one oracle has at least :data:`PASSES_MIN_RECORDS` records
-        (:meth:`sample_size`, public: per client for distributed-spider), 1 below."""
-        if self.p["passes"] is not None:
-            return int(self.p["passes"])
-        if self.p["preset"] == "theory" or self.sample_size() < PASSES_MIN_RECORDS:
-            return 1
-        return PASSES
+        """Passes over the records (:func:`dpreg.access.default_passes` on the
+        records one oracle holds, :meth:`sample_size`: per client for
+        distributed-spider; else 1 under preset=theory, the paper's single
+        pass, or on few records, else :data:`PASSES`)."""
+        return default_passes(self.p["passes"], self.p["preset"], self.sample_size(), PASSES)
 
     def theory(self):
         """(alpha(n, d, eps, G, M, rho, U), kappa(...)): the theorem behind the defaults."""

@@ -86,7 +86,7 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
-from dpreg.access import SinglePass
+from dpreg.access import SinglePass, default_passes
 from dpreg.accounting import self_composed
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, RunOutput
@@ -102,9 +102,8 @@ PRACTICAL_H = 8.0
 PRACTICAL_CLIP = 1.0
 PRACTICAL_B2 = 128
 PRACTICAL_BLOCKS = 4
-#: practical passes over the records on PASSES_MIN_RECORDS records or more (``passes``)
+#: practical passes over the records on dpreg.access.PASSES_MIN_RECORDS records or more (``passes``)
 PASSES = 2
-PASSES_MIN_RECORDS = 20_000
 #: B2 is lowered (to 1 at least) on small data so that a block keeps T >= this
 PRACTICAL_MIN_T = 16
 
@@ -276,14 +275,10 @@ class ZoO2NC(Algorithm):
                 "record_clip": C, "diff": diff, "output": out, "rho": rho, "records_per_block": per_block}
 
     def passes(self) -> int:
-        """Passes over the records: the ``passes`` parameter, else 1 under
-        preset=theory or below :data:`PASSES_MIN_RECORDS` records (n is
-        public), and :data:`PASSES` otherwise."""
-        if self.p["passes"] is not None:
-            return int(self.p["passes"])
-        if self.p["preset"] == "theory" or self.problem.n < PASSES_MIN_RECORDS:
-            return 1
-        return PASSES
+        """Passes over the records (:func:`dpreg.access.default_passes`: the
+        parameter, else 1 under preset=theory or on few records, else
+        :data:`PASSES`)."""
+        return default_passes(self.p["passes"], self.p["preset"], self.problem.n, PASSES)
 
     def _noise_multiplier(self, plan) -> float:
         """Calibrated z: the worst-case record is in one add of one phase (its
