@@ -70,6 +70,19 @@ def test_dask_backend_equals_local_bit_for_bit_four_clients(registry, pb):
     assert acc_l.epsilon_spent == acc_d.epsilon_spent
 
 
+def test_dask_backend_equals_local_over_two_passes(registry, pb):
+    """Each client re-permutes its shard for the second pass on its Dask worker
+    exactly as in-process: the same model, the same per-client accounting."""
+    pytest.importorskip("distributed")
+    kw = dict(clients=2, passes=2)
+    loc, acc_l = _algo(registry, "distributed-spider", pb, **kw)
+    dsk, acc_d = _algo(registry, "distributed-spider", pb, backend="dask", **kw)
+    ol, od = loc.run(), dsk.run()
+    assert ol.info["passes_made"] == od.info["passes_made"] == 2
+    assert np.array_equal(ol.w, od.w) and ol.iterations == od.iterations
+    assert ol.info["client_privacy"] == od.info["client_privacy"] and acc_l.epsilon_spent == acc_d.epsilon_spent
+
+
 def test_dask_backend_on_a_named_scheduler_places_clients_round_robin(registry, pb):
     distributed = pytest.importorskip("distributed")
     loc, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=3, max_steps=4)
