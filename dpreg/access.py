@@ -133,6 +133,8 @@ class SinglePass:
     objects whose batches are disjoint from each other's too."""
 
     mode = "single-pass"
+    #: one pass: :meth:`next_pass` never starts another (the interface of :class:`Passes`)
+    passes = number = 1
 
     def __init__(self, n: int, rng: np.random.Generator, pass_id: Hashable | None = None):
         self.n = int(n)
@@ -161,6 +163,56 @@ class SinglePass:
         self._next += b
         self._batches += 1
         return idx, Participation.disjoint(("batch", self._batches), pass_id=self.pass_id)
+
+    def next_pass(self) -> bool:
+        """False: a single pass has no next one."""
+        return False
+
+
+class Passes:
+    """``passes`` passes of disjoint batches over ``range(n)``: each pass a
+    :class:`SinglePass` (a fresh permutation drawn from ``rng``, its own pass
+    id), the next made by :meth:`next_pass`, so a record is in at most one
+    batch of each pass - the accountant's per-pass rule (worst group of each
+    pass, summed over passes).  ``take``, ``remaining`` and ``pass_id`` are
+    the current pass's; ``used`` counts record uses over all passes;
+    ``number`` is the current pass (1-based)."""
+
+    mode = "single-pass"
+
+    def __init__(self, n: int, rng: np.random.Generator, passes: int = 1):
+        if int(passes) < 1:
+            raise ValueError(f"passes must be >= 1, got {passes!r}")
+        self.n, self.passes, self._rng = int(n), int(passes), rng
+        self.current = SinglePass(self.n, rng)
+        self.number = 1
+        self._used_before = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.current.remaining
+
+    @property
+    def used(self) -> int:
+        return self._used_before + self.current.used
+
+    @property
+    def pass_id(self) -> Hashable:
+        return self.current.pass_id
+
+    def take(self, b: int) -> tuple[np.ndarray, Participation]:
+        """The current pass's :meth:`SinglePass.take`."""
+        return self.current.take(b)
+
+    def next_pass(self) -> bool:
+        """Start the next pass (a fresh permutation and pass id); False, and
+        nothing changes, once every pass has been started."""
+        if self.number >= self.passes:
+            return False
+        self._used_before += self.current.used
+        self.current = SinglePass(self.n, self._rng)
+        self.number += 1
+        return True
 
 
 class Resample:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpreg.access import Resample, poisson_rows
+from dpreg.access import Resample, SinglePass, poisson_rows
 
 
 @pytest.mark.parametrize("n,q", [(12, 0.3), (7, 0.85), (40, 0.02)])
@@ -206,3 +206,24 @@ def test_default_passes_rule():
     assert default_passes(None, "practical", PASSES_MIN_RECORDS, 3) == 3
     assert default_passes(None, "practical", PASSES_MIN_RECORDS - 1, 3) == 1
     assert default_passes(None, "theory", 10 ** 9, 3) == 1
+
+
+def test_passes_make_fresh_partitions_under_their_own_pass_ids():
+    """Passes: each pass a SinglePass drawn from the same stream in order (the
+    permutations a caller would draw itself), its own pass id, uses summed;
+    no pass beyond the plan; a SinglePass is one pass."""
+    from dpreg.access import Passes
+
+    p = Passes(10, np.random.default_rng(3), 2)
+    ref = np.random.default_rng(3)
+    first = [SinglePass(10, ref)._perm for _ in range(2)]
+    idx, part = p.take(10)
+    assert np.array_equal(idx, np.sort(first[0])) and p.remaining == 0 and p.number == 1
+    assert p.next_pass() and p.number == 2 and p.remaining == 10
+    idx2, part2 = p.take(4)
+    assert np.array_equal(idx2, np.sort(first[1][:4])) and part2.pass_id != part.pass_id
+    assert p.used == 14 and p.pass_id == part2.pass_id
+    assert not p.next_pass() and p.number == 2 and p.used == 14
+    assert not SinglePass(5, np.random.default_rng(0)).next_pass()
+    with pytest.raises(ValueError, match="passes"):
+        Passes(5, np.random.default_rng(0), 0)

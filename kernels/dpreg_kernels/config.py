@@ -105,8 +105,10 @@ def njit(*args, **kwargs):
     return numba.njit(*args, **kwargs)
 
 
+@functools.cache
 def _package_source_hash() -> bytes:
-    """sha256 over the sources of every module of this package (name and content)."""
+    """sha256 over the sources of every module of this package (name and content);
+    read once per process, when numba first asks for a cache stamp (not at import)."""
     import hashlib
 
     here = os.path.dirname(os.path.abspath(__file__))
@@ -135,7 +137,6 @@ def _stamp_package_caches() -> None:
     from numba.core import caching
 
     here = os.path.dirname(os.path.abspath(__file__))
-    package_hash = _package_source_hash()
 
     class PackageLocator(caching._CacheLocator):  # noqa: SLF001 - numba's locator interface
         def __init__(self, inner):
@@ -148,7 +149,7 @@ def _stamp_package_caches() -> None:
             return self._inner.get_cache_path()
 
         def get_source_stamp(self):
-            return self._inner.get_source_stamp(), package_hash
+            return self._inner.get_source_stamp(), _package_source_hash()
 
         def get_disambiguator(self):
             return self._inner.get_disambiguator()

@@ -49,7 +49,7 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
-from dpreg.access import Exhausted, SinglePass, default_passes
+from dpreg.access import Exhausted, Passes, default_passes
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
@@ -261,9 +261,7 @@ class AdaptiveSpider(Algorithm):
         est = SpiderEstimator(pb, self.noise, noise_multiplier=z, horizon=horizon, accountant=self.accountant,
                               seed=self.seed_sequence("adaptive-spider noise"),
                               clip=r["clip"], smoothness=r["diff_clip"])
-        sampling = self.rng("adaptive-spider sampling")
-        access = SinglePass(n, sampling)   # pass 1; each later pass: a fresh permutation and pass id
-        pass_no, used_before = 1, 0
+        access = Passes(n, self.rng("adaptive-spider sampling"), passes)
         pert_rng = self.rng("adaptive-spider perturbation")
         eta, radius = r["step"], r["radius"]
         w = self.initial_point()
@@ -282,11 +280,9 @@ class AdaptiveSpider(Algorithm):
         t = 0
         while t < T:
             if access.remaining <= b:
-                if pass_no >= passes:
+                if not access.next_pass():
                     stop = "data (unused records <= b)"
                     break
-                used_before += access.used
-                access, pass_no = SinglePass(n, sampling), pass_no + 1
                 drift = r["kappa"]  # a pass starts with an O1 refresh: no phase spans two passes
             cap_hit = est.phase_steps >= horizon
             if drift >= r["kappa"] or cap_hit:
@@ -302,11 +298,10 @@ class AdaptiveSpider(Algorithm):
                 try:
                     idx, part = access.take(bt)
                 except Exhausted:
-                    if pass_no >= passes:
-                        stop = f"data (b_t={bt} > {access.remaining} unused)"
+                    remaining = access.remaining
+                    if not access.next_pass():
+                        stop = f"data (b_t={bt} > {remaining} unused)"
                         break
-                    used_before += access.used
-                    access, pass_no = SinglePass(n, sampling), pass_no + 1
                     drift = r["kappa"]  # the next step refreshes (O1) from the new pass
                     continue
                 rel = est.update(w, w_prev, idx, part)
@@ -338,8 +333,8 @@ class AdaptiveSpider(Algorithm):
             "noise": self.noise.name, "noise_multiplier": z, "horizon": horizon,
             "tree_levels": int(horizon).bit_length() if self.noise.name == "tree" else None,
             "stop_reason": stop, "steps": t, "phases": est.phases, "o2_calls": est.o2_calls,
-            "max_phase_steps": est.max_phase_steps, "records_used": used_before + access.used,
-            "passes": passes, "passes_made": pass_no,
+            "max_phase_steps": est.max_phase_steps, "records_used": access.used,
+            "passes": passes, "passes_made": access.number,
             "o1_refreshes": est.phases, "o1_forced_by_phase_cap": forced, "phase_lengths": phase_lengths[:200],
             "max_phase": horizon, "output": self.p["output"],
             "select_candidates": "every iterate" if traj.keeps_every_iterate else
@@ -353,7 +348,7 @@ class AdaptiveSpider(Algorithm):
                                  "diff_clip", "G", "M", "rho")},
             "trajectory": traj,
         }
-        return RunOutput(w_out, t, used_before + access.used, est.gradient_evaluations, traj.series, info)
+        return RunOutput(w_out, t, access.used, est.gradient_evaluations, traj.series, info)
 
 
 @hookimpl

@@ -6,7 +6,7 @@ nothing); a library module used by ``distributed-spider`` and
 * :func:`shard` - deterministic sharding of the records over m clients, iid or
   label-skewed (Dirichlet(beta) class proportions per client), each shard split
   into a training part and an optional fresh *selection share*;
-* :class:`ClientNode` - one client: its shard, its single-pass cursor, its own
+* :class:`ClientNode` - one client: its shard, its passes over its shard, its own
   noise mechanism (seeded from a stream derived from the run's secret seed), its
   SPIDER running sum and its own accountant, which refuses any release its
   (epsilon, delta) budget does not cover (inter-client record-level DP: the
@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dpreg.access import SinglePass
+from dpreg.access import Passes
 from dpreg.errors import DpregError, ParameterError
 from dpreg.problem import Problem
 
@@ -139,7 +139,7 @@ class ClientNode:
     is the client's own accountant; every release is charged to it before it
     is computed (BudgetExceededError: nothing released).  ``config`` holds the
     public plan: noise multiplier z, horizon, clip C, diff_clip M', batch1,
-    batch2, epsilon, delta, relation, and ``threads`` (numba threads to use
+    batch2, passes (over the shard; default 1), epsilon, delta, relation, and ``threads`` (numba threads to use
     inside the client's calls; None: leave the process setting).
     """
 
@@ -153,9 +153,8 @@ class ClientNode:
         self.problem = Problem(loss, X[:n_train], y[:n_train], name=f"client {j}")
         self.select_problem = (Problem(loss, X[n_train:], y[n_train:], name=f"client {j} selection share")
                                if n_select else None)
-        self._batches = np.random.default_rng(seeds["batches"])  # the client's own secret stream
-        self.access = SinglePass(n_train, self._batches)
-        self.pass_no, self._used_before = 1, 0
+        # the client's own secret stream; the plan's passes over its shard, each started by the server
+        self.access = Passes(n_train, np.random.default_rng(seeds["batches"]), self.cfg.get("passes", 1))
         self.est = SpiderEstimator(self.problem, noise_cls, noise_multiplier=self.cfg["noise_multiplier"],
                                    horizon=self.cfg["horizon"], accountant=self.accountant,
                                    seed=seeds["noise"], clip=self.cfg["clip"],
@@ -185,12 +184,10 @@ class ClientNode:
             return self._last  # a recomputed call re-sends the same message: no new draw
         if t != self._round + 1:
             raise RuntimeError(f"client {self.j}: round {t} requested after round {self._round}")
-        if pass_no != self.pass_no:
-            if pass_no != self.pass_no + 1 or mode != "O1":
-                raise RuntimeError(f"client {self.j}: pass {pass_no} ({mode}) requested in pass {self.pass_no}")
-            self._used_before += self.access.used
-            self.access = SinglePass(self.problem.n, self._batches)
-            self.pass_no = pass_no
+        if pass_no != self.access.number:
+            if pass_no != self.access.number + 1 or mode != "O1" or not self.access.next_pass():
+                raise RuntimeError(f"client {self.j}: pass {pass_no} ({mode}) requested in pass "
+                                   f"{self.access.number} of {self.access.passes}")
         self._threads()
         x = np.asarray(x, dtype=float)
         if mode == "O1":
@@ -258,7 +255,7 @@ class ClientNode:
         """The client's public counters and its accountant's state."""
         return {"client": self.j, "records": self.problem.n,
                 "selection_records": 0 if self.select_problem is None else self.select_problem.n,
-                "records_used": self._used_before + self.access.used, "passes_made": self.pass_no,
+                "records_used": self.access.used, "passes_made": self.access.number,
                 "gradient_evaluations": self.est.gradient_evaluations,
                 "o1_queries": self.est.phases, "o2_queries": self.est.o2_calls,
                 "longest_phase": self.est.max_phase_steps, "clipped_terms": self.clipped,

@@ -277,7 +277,7 @@ class DistributedSpider(PerturbedSGD):
         selection share), its own seed streams, the public plan."""
         pb, m = self.problem, int(self.p["clients"])
         cfg = dict(noise_multiplier=r["noise_multiplier"], horizon=r["horizon"], clip=r["clip"],
-                   diff_clip=r["diff_clip"], batch1=r["batch1"], batch2=r["batch2"],
+                   diff_clip=r["diff_clip"], batch1=r["batch1"], batch2=r["batch2"], passes=r["passes"],
                    epsilon=self.accountant.epsilon_budget, delta=self.accountant.delta,
                    relation=self.accountant.relation)
         specs = []

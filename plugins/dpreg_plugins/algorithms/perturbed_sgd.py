@@ -75,7 +75,7 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
-from dpreg.access import Exhausted, SinglePass, default_passes
+from dpreg.access import Exhausted, Passes, SinglePass, default_passes
 from dpreg.accounting import self_composed
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, RunOutput
@@ -128,15 +128,11 @@ class AdaptiveSpiderOracle:
     the query point moved since the last O1.
     """
 
-    def __init__(self, estimator, access: SinglePass, *, b1: int, b2: int, kappa: float,
-                 max_phase: int | None = None, passes: int = 1, new_pass=None):
+    def __init__(self, estimator, access: SinglePass | Passes, *, b1: int, b2: int, kappa: float,
+                 max_phase: int | None = None):
         self.est = estimator
         self.max_phase = max_phase or math.inf
-        self.access = access
-        #: passes over the records the plan allows; ``new_pass()`` makes the next pass's
-        #: SinglePass (a fresh secret permutation and pass id) when one runs out
-        self.passes, self._new_pass = int(passes), new_pass
-        self.pass_no, self._used_before = 1, 0
+        self.access = access  # one pass (SinglePass) or several (Passes: the next when one runs out)
         self.b1, self.b2, self.kappa = int(b1), int(b2), float(kappa)
         self.drift = math.inf  # Alg 2 line 1: drift <- kappa (forces O1 first)
         self.prev: np.ndarray | None = None
@@ -147,12 +143,12 @@ class AdaptiveSpiderOracle:
     @property
     def records_used(self) -> int:
         """Record uses so far, summed over the passes."""
-        return self._used_before + self.access.used
+        return self.access.used
 
     @property
     def records_total(self) -> int:
         """Record uses the oracle may spend in all, every pass (for progress and checkpoint spacing)."""
-        return self.passes * self.access.n
+        return self.access.passes * self.access.n
 
     @property
     def gradient_evaluations(self) -> int:
@@ -162,18 +158,7 @@ class AdaptiveSpiderOracle:
         """Counts for the run info (queries, longest phase, reuses, clipped terms, passes made)."""
         return dict(o1_queries=self.est.phases, o2_queries=self.est.o2_calls,
                     longest_phase=self.est.max_phase_steps, reused_queries=self.n_reused,
-                    clipped_terms=self.n_clipped, passes_made=self.pass_no)
-
-    def _next_pass(self) -> bool:
-        """Start the next pass (its first query is an O1 refresh: no running
-        sum spans two passes); False when the plan's passes are used up."""
-        if self.pass_no >= self.passes or self._new_pass is None:
-            return False
-        self._used_before += self.access.used
-        self.access = self._new_pass()
-        self.pass_no += 1
-        self.drift = math.inf
-        return True
+                    clipped_terms=self.n_clipped, passes_made=self.access.number)
 
     def query(self, x: np.ndarray) -> np.ndarray:
         if self.prev is not None:
@@ -188,8 +173,9 @@ class AdaptiveSpiderOracle:
                 idx, part = self.access.take(self.b1 if o1 else self.b2)
                 break
             except Exhausted:  # nothing released; the next pass, if the plan has one, starts with O1
-                if not self._next_pass():
+                if not self.access.next_pass():
                     raise
+                self.drift = math.inf  # no running sum spans two passes
         if o1:
             rel = self.est.refresh(x, idx, part)
             self.drift = 0.0
@@ -436,15 +422,13 @@ class PerturbedSGD(Algorithm):
         if self.noise is None:
             raise ParameterError("perturbed-sgd needs a noise mechanism (--noise)")
         r = self.resolve()
-        batches = self.rng("perturbed-sgd batches")
-        access = SinglePass(pb.n, batches)
+        access = Passes(pb.n, self.rng("perturbed-sgd batches"), r["passes"])
         est = SpiderEstimator(pb, self.noise, noise_multiplier=r["noise_multiplier"],
                               horizon=r["horizon"], accountant=self.accountant,
                               seed=self.seed_sequence("perturbed-sgd noise"), clip=r["clip"],
                               smoothness=r["diff_clip"], diff_cap=2 * r["clip"])
         oracle = AdaptiveSpiderOracle(est, access, b1=r["batch1"], b2=r["batch2"], kappa=r["kappa"],
-                                      max_phase=r["horizon"], passes=r["passes"],
-                                      new_pass=lambda: SinglePass(pb.n, batches))
+                                      max_phase=r["horizon"])
         return self.descend(oracle, r)
 
     def descend(self, oracle, r: dict) -> RunOutput:

@@ -86,7 +86,7 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
-from dpreg.access import SinglePass, default_passes
+from dpreg.access import Passes, default_passes
 from dpreg.accounting import self_composed
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, RunOutput
@@ -309,10 +309,8 @@ class ZoO2NC(Algorithm):
                                    rng=self.rng("zo-o2nc directions"), record_clip=plan["record_clip"],
                                    symmetric_diff=plan["diff"] == "symmetric")
         passes = self.passes()
-        permutation = self.rng("zo-o2nc permutation")
-        access = SinglePass(pb.n, permutation)  # pass 1; each later pass: a fresh permutation and pass id
-        used_before = 0
-        blocks = K * passes                     # K blocks per pass
+        access = Passes(pb.n, self.rng("zo-o2nc permutation"), passes)
+        blocks = K * passes  # K blocks per pass
         s_rng = self.rng("zo-o2nc interpolation")
         vr = plan["oracle"] == "vr"
         mech = self.noise(dim=pb.d, noise_multiplier=z, horizon=T if vr else 1, accountant=self.accountant,
@@ -328,8 +326,7 @@ class ZoO2NC(Algorithm):
         first = True
         for k in range(1, blocks + 1):
             if k > 1 and (k - 1) % K == 0:  # the next pass (every block restarts OSD and the running sum)
-                used_before += access.used
-                access = SinglePass(pb.n, permutation)
+                access.next_pass()
             delta = np.zeros(pb.d)
             sumsq = 0.0
             g = None
@@ -377,7 +374,7 @@ class ZoO2NC(Algorithm):
         out = output.result(wbar)
         info = {
             "noise": self.noise.name, "noise_multiplier": z, "noise_rule": self.p["noise_rule"],
-            "oracle": plan["oracle"], "block_length": T, "blocks": K, "passes": passes, "passes_made": passes,
+            "oracle": plan["oracle"], "block_length": T, "blocks": K, "passes": passes, "passes_made": access.number,
             "batch1": plan["B1"],
             "batch2": plan["B2"], "smoothing": plan["h"], "osd_radius": D, "lipschitz": plan["L"],
             "record_clip": plan["record_clip"], "diff": plan["diff"], "preset": self.p["preset"],
@@ -386,7 +383,7 @@ class ZoO2NC(Algorithm):
             "clipped_terms": clipped, "function_evaluations": oracle.function_evaluations,
             "epsilon_spent": self.accountant.epsilon_spent, "trajectory": traj,
         }
-        return RunOutput(out, blocks * T, used_before + access.used, 0, traj.series, info)
+        return RunOutput(out, blocks * T, access.used, 0, traj.series, info)
 
 
 @hookimpl
