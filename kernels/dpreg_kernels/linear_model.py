@@ -51,13 +51,15 @@ from numba import prange, types
 
 from . import config
 from .config import BLOCK, MAX_CHUNKS, MIN_CHUNK_ROWS, jit_inline, jit_parallel, jit_serial
+from .function_ref import FunctionRef, RefFunctionType  # noqa: F401 (FunctionRef: the kernels' function arguments)
 from .intrinsics import prefetch
 
 f8 = types.float64
 i8 = types.int64
 SCALAR_SIG = f8(f8, f8)
-#: numba type of a loss's scalar function argument
-ScalarFn = types.FunctionType(SCALAR_SIG)
+#: numba type of a loss's scalar function argument (a :class:`FunctionRef`:
+#: unboxed in one attribute read, :mod:`dpreg_kernels.function_ref`)
+ScalarFn = RefFunctionType(SCALAR_SIG)
 Mat = types.Array(f8, 2, "C")
 Vec = types.Array(f8, 1, "C")
 Idx = types.Array(i8, 1, "C")
@@ -66,7 +68,7 @@ Idx = types.Array(i8, 1, "C")
 #: scratch at least as long (``work``, ``bits``); ``scalar`` is the loss's
 #: scalar function, which a vectorised block function does not need to call
 BLOCK_SIG = types.none(Vec, Vec, Vec, Vec, Idx, ScalarFn)
-BlockFn = types.FunctionType(BLOCK_SIG)
+BlockFn = RefFunctionType(BLOCK_SIG)
 
 
 def _n_chunks(b):
@@ -732,25 +734,6 @@ class Kernel:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.variant(True), name)
-
-
-class FunctionRef(types.WrapperAddressProtocol):
-    """A loss's compiled function as a first-class-function argument that
-    numba unboxes from an address stored once (numba's wrapper-address
-    protocol) instead of resolving the dispatcher on every kernel call."""
-
-    def __init__(self, dispatcher, signature=SCALAR_SIG):
-        from numba.experimental.function_type import _get_wrapper_address
-
-        self.dispatcher = dispatcher  # keeps the machine code alive
-        self._sig = signature
-        self._addr = _get_wrapper_address(dispatcher, signature)
-
-    def __wrapper_address__(self):
-        return self._addr
-
-    def signature(self):
-        return self._sig
 
 
 def scalar_ref(dispatcher):

@@ -30,11 +30,12 @@ from numba import types
 
 from . import linear_model, sparse
 from .config import jit_inline, jit_scalar
+from .function_ref import RefFunctionType
 from .linear_model import BlockFn, Idx, Kernel, Mat, ScalarFn, Vec, f8
 
 #: a loss's compiled psi gradient ``f(w, params, out)``: ``out = grad psi(w)``
 PSI_SIG = types.none(Vec, Vec, Vec)
-PsiFn = types.FunctionType(PSI_SIG)
+PsiFn = RefFunctionType(PSI_SIG)
 Mat2 = types.Array(f8, 2, "C")
 
 
