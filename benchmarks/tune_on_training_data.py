@@ -11,7 +11,8 @@ measurements behind the practical defaults of the single-pass algorithms (issue 
   diff_clip M/8 (``dpreg info adaptive-spider``, docs/models-learn.md; the 20-seed adult
   check is ``--data adult --seeds 20``);
 * zo-o2nc and distributed-spider rechecked (sixth session; defaults kept,
-  docs/models-learn.md).
+  docs/models-learn.md); zo-o2nc's h = 4, T = 6 (B2 = M/(2 K T)) and 4 passes (twelfth
+  session: docs/models-learn.md, "zo-o2nc's constants (twelfth session)").
 
 Every cell runs ``dpreg.run`` at eps = 1 (``--epsilon``) with research *tuning* seeds, disjoint from
 the seeds the targets are reported with (0-2 on IJCNN1, 0-4 on adult), and reports
@@ -32,7 +33,8 @@ only training-data quantities - never a test split:
     NUMBA_NUM_THREADS=1 python benchmarks/tune_on_training_data.py adaptive-spider \\
         --data ijcnn1,adult,synthetic '{}' '{"max_phase": 16, "diff_clip_over_M": 0.25}' ...
 
-A grid cell is a JSON object of ``--param`` values; the extra key ``step_over_M``
+A grid cell is a JSON object of ``--param`` values; the extra key ``noise`` names the
+noise plugin (``--noise``), ``step_over_M``
 sets the step to c/M and ``diff_clip_over_M`` the O2 clip factor to c M, with M the
 loss's declared smoothness on that data (read from a probe run).  The resolved parameters of the last seed are printed beside each cell.
 """
@@ -70,6 +72,9 @@ EPS = 1.0
 
 
 def measure(algo, kw, params, s):
+    params = dict(params)
+    if "noise" in params:  # the noise plugin, not a --param
+        kw = dict(kw, noise=params.pop("noise"))
     d = dpreg.run(algo=algo, epsilon=EPS, seed=s, params=params or None, warn=False, **kw)["diagnostics"]
     m = d["metrics"]
     gap = m["train_loss"] - d["baselines"]["nonprivate_train_loss"]

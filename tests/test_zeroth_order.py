@@ -336,11 +336,11 @@ def test_practical_defaults(registry, ramp_problem):
 
     pb = ramp_problem
     plan = _algo(registry, pb)[0].plan()
-    B2 = zo.practical_batch2(pb.n, zo.PRACTICAL_BLOCKS)  # n = 3000: lowered to keep T >= 16
-    assert B2 == pb.n // (2 * zo.PRACTICAL_BLOCKS * zo.PRACTICAL_MIN_T) < zo.PRACTICAL_B2
-    assert zo.practical_batch2(32561, 4) == zo.PRACTICAL_B2 and zo.practical_batch2(40, 4) == 1
+    B2 = zo.practical_batch2(pb.n, zo.PRACTICAL_BLOCKS)  # M / (2 K T): a block of PRACTICAL_T steps
+    assert B2 == pb.n // (2 * zo.PRACTICAL_BLOCKS * zo.PRACTICAL_T)
+    assert zo.practical_batch2(49_990, 4) == 1041 and zo.practical_batch2(40, 4) == 1
     T = pb.n // (2 * zo.PRACTICAL_BLOCKS * B2)
-    assert T >= zo.PRACTICAL_MIN_T
+    assert T == zo.PRACTICAL_T
     assert (plan["T"], plan["B2"], plan["B1"]) == (T, B2, T * B2)
     assert plan["K"] == pb.n // (plan["B1"] + plan["B2"] * (T - 1)) >= zo.PRACTICAL_BLOCKS
     assert plan["h"] == zo.PRACTICAL_H and plan["D"] == pytest.approx(zo.PRACTICAL_H / T)
