@@ -65,6 +65,39 @@ def test_poisson_sampling(benchmark, impl, rate):
     benchmark(IMPLS[impl], rng, N, q, K)
 
 
+def stream_draw(chunk):
+    """K samples drawn through a Resample's Poisson stream in chunks of
+    ``chunk`` (None: the default, dpreg.access.stream_chunk)."""
+    from dpreg.access import Resample
+
+    def draw(rng, n, q, k):
+        nxt = Resample(n, rng).poisson_stream(q, k, chunk).next
+        return [nxt()[0] for _ in range(k)]
+
+    return draw
+
+
+STREAMS = {"chunk-default": stream_draw(None), "chunk-256": stream_draw(256)}
+
+
+@pytest.mark.parametrize("rate", list(RATES), ids=["spider-o2", "dp-sgd"])
+@pytest.mark.parametrize("chunk", list(STREAMS))
+def test_stream_chunk(benchmark, chunk, rate):
+    """A Poisson stream's chunk (dpreg.access.stream_chunk: a chunk's draws fit in
+    STREAM_DRAW_FLOATS) against the former fixed 256 samples per chunk, K
+    samples at each rate; the extra info holds both, best of 10, and their
+    ratio, measured in this run."""
+    from dpreg.access import stream_chunk
+
+    q = RATES[rate]
+    per = {k: _ms(f, q, reps=10) for k, f in STREAMS.items()}
+    benchmark.group = f"stream-chunk-{rate}"
+    benchmark.extra_info.update({"kind": "stream-chunk", "chunk": chunk, "q": q, "samples": K,
+                                 "default_chunk": stream_chunk(N, q), "default_ms": per["chunk-default"],
+                                 "chunk256_ms": per["chunk-256"], "ratio": per["chunk-256"] / per["chunk-default"]})
+    benchmark(STREAMS[chunk], np.random.default_rng(0), N, q, K)
+
+
 def _ms(f, q, reps=20):
     rng = np.random.default_rng(0)
     f(rng, N, q, K)
@@ -83,3 +116,10 @@ if __name__ == "__main__":
     for name, q in RATES.items():
         g, p, m = (_ms(IMPLS[k], q, reps=5 if k == "numpy-mask" else 20) for k in IMPLS)
         print(f"| {name} | {g:.2f} | {p:.2f} | {m:.2f} | {p / g:.2f}x | {m / g:.2f}x |")
+    from dpreg.access import stream_chunk
+
+    print(f"\n| rate | stream, default chunk (samples) | ms / {K} samples | chunk 256 (ms) | 256 / default |")
+    print("|---|---|---|---|---|")
+    for name, q in RATES.items():
+        a, b = _ms(STREAMS["chunk-default"], q), _ms(STREAMS["chunk-256"], q)
+        print(f"| {name} | {stream_chunk(N, q)} | {a:.2f} | {b:.2f} | {b / a:.2f}x |")

@@ -249,12 +249,14 @@ class Resample:
         self.used += self.n
         return self._all, Participation.all()
 
-    def poisson_stream(self, q: float, total: int, chunk: int = 256) -> PoissonStream:
+    def poisson_stream(self, q: float, total: int, chunk: int | None = None) -> PoissonStream:
         """A source of ``total`` independent Poisson subsamples at rate ``q``
         (the full batch for ``q >= 1``), drawn ``chunk`` at a time with
         :meth:`poisson_many`: the same law as ``total`` calls of
-        :meth:`poisson`, about 5x cheaper per sample for small batches."""
-        return PoissonStream(self, q, total, chunk)
+        :meth:`poisson`, about 5x cheaper per sample for small batches.
+        ``chunk`` defaults to :func:`stream_chunk` (a chunk's draws fit in
+        :data:`STREAM_DRAW_FLOATS`)."""
+        return PoissonStream(self, q, total, stream_chunk(self.n, q) if chunk is None else chunk)
 
     def fixed(self, b: int) -> tuple[np.ndarray, Participation]:
         """A uniformly random subset of size b, sorted; accounted without
@@ -264,13 +266,31 @@ class Resample:
         return idx, Participation.all()
 
 
+#: a chunk of a :class:`PoissonStream` draws at most about this many exponentials at
+#: once (512 kB: an L2-sized block; measured, benchmarks/bench_sampling.py
+#: ``test_stream_chunk``)
+STREAM_DRAW_FLOATS = 1 << 16
+#: and at most this many samples
+STREAM_MAX_CHUNK = 256
+
+
+def stream_chunk(n: int, q: float) -> int:
+    """Samples per chunk of a Poisson stream of rate ``q`` over ``n`` records:
+    as many as fit in :data:`STREAM_DRAW_FLOATS` draws (each sample draws
+    about ``q n + 6 sqrt(q n) + 16``), between 1 and :data:`STREAM_MAX_CHUNK`.
+    A function of the public (n, q) alone; the chunking never changes the law."""
+    mean = min(float(q), 1.0) * n
+    block = mean + 6.0 * math.sqrt(mean) + 16
+    return int(max(1, min(STREAM_MAX_CHUNK, STREAM_DRAW_FLOATS // block)))
+
+
 class PoissonStream:
     """``total`` Poisson subsamples from a :class:`Resample`, drawn in chunks
     (see :meth:`Resample.poisson_stream`); never draws more than ``total``
     samples (``Resample.used`` counts only samples drawn), and raises
     RuntimeError when asked for sample ``total + 1``."""
 
-    def __init__(self, access: Resample, q: float, total: int, chunk: int = 256):
+    def __init__(self, access: Resample, q: float, total: int, chunk: int = STREAM_MAX_CHUNK):
         self.access, self.q, self.left, self.chunk = access, float(q), int(total), max(1, int(chunk))
         self._rows = self._off = None
         self._i = self._k = 0

@@ -227,3 +227,24 @@ def test_passes_make_fresh_partitions_under_their_own_pass_ids():
     assert not SinglePass(5, np.random.default_rng(0)).next_pass()
     with pytest.raises(ValueError, match="passes"):
         Passes(5, np.random.default_rng(0), 0)
+
+
+def test_stream_chunk_bounds_the_draws_of_a_chunk():
+    """The default chunk of a Poisson stream: as many samples as fit in
+    STREAM_DRAW_FLOATS exponential draws, at least 1, at most STREAM_MAX_CHUNK;
+    a stream at the default chunk gives the same samples as one drawn one
+    sample per chunk from the same generator state (the chunk changes when the
+    draws are made, not what they are)."""
+    from dpreg.access import STREAM_DRAW_FLOATS, STREAM_MAX_CHUNK, Resample, stream_chunk
+
+    assert stream_chunk(49_990, 16 / 49_990) == STREAM_MAX_CHUNK
+    c = stream_chunk(49_990, 0.1)
+    block = 4999 + 6 * 4999 ** 0.5 + 16
+    assert c * block <= STREAM_DRAW_FLOATS < (c + 1) * block
+    assert stream_chunk(10 ** 9, 0.5) == 1
+    n, q, total = 5000, 0.3, 100
+    a = Resample(n, np.random.default_rng(5)).poisson_stream(q, total)
+    assert a.chunk == stream_chunk(n, q) < total
+    b = Resample(n, np.random.default_rng(5)).poisson_stream(q, total, chunk=1)
+    for _ in range(total):
+        np.testing.assert_array_equal(a.next()[0], b.next()[0])
