@@ -194,7 +194,7 @@ class ZoO2NC(Algorithm):
         ParamSpec("block_length", "int", None, "T: steps per block (OSD restart, tree phase)",
                   "Thm 4.9: T = max{(sqrt(d) L h M/(F+Lh))^(2/3), (d^(3/2) L h M/((F+Lh) rho))^(1/2)} "
                   "(paper: min, contradicted by its proof); naive (App. E): exponent 2/3 on the second term; "
-                  "practical: T = M/(2 K B2) (naive: M/(K B))", low=1),
+                  "practical: T = 6, with B2 = M/(2 K T) (so T = M/(2 K B2); naive: T = M/(K B))", low=1),
         ParamSpec("blocks", "int", None, "K: number of blocks",
                   "K = M/(B1 + B2 (T-1)) = M/(2T) with Thm 4.9's batches; naive: K = M/(B T); "
                   "practical: K = 4 per pass (the path is at most K h = 16 per pass)", low=1),
