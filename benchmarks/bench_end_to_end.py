@@ -390,72 +390,63 @@ def test_svmlight_cache(benchmark, tmp_path, monkeypatch):
     assert out["first_cache"] == "miss" and out["second_cache"] == "hit"
 
 
-def settle(below: float = 1.0, max_s: float = 120.0) -> float:
-    """Wait (at most ``max_s`` seconds) until the 1-minute load average is below
-    ``below``; return it.  An idle race right after a busy one would otherwise
-    see the busy one's load in the average and run the serial kernels
-    (``dpreg_kernels.config.want_parallel`` counts that load as other work)."""
+def settle(max_s: float = 120.0) -> float:
+    """Wait (at most ``max_s`` seconds) until the machine has idle cores by the
+    kernels' own test (``dpreg_kernels.config.machine_has_idle_cores``, which
+    :func:`dpreg_kernels.config.want_parallel` applies); return the 1-minute load
+    average.  An idle race right after a busy one would otherwise see the busy
+    one's load in the average and run the serial kernels."""
     import time
 
+    from dpreg_kernels.config import machine_has_idle_cores
+
     t0 = time.monotonic()
-    while os.getloadavg()[0] >= below and time.monotonic() - t0 < max_s:
+    while not machine_has_idle_cores() and time.monotonic() - t0 < max_s:
         time.sleep(2.0)
     return os.getloadavg()[0]
 
 
 def race_repeated(algo: str, load: int, repeat: int, warm_parallel: bool = False) -> dict:
-    """``repeat`` races (:func:`race`) in a row under the same load: the medians
-    of dpreg's run phase (calibration memoised) and of the numpy loop, the ratio
-    of the medians, and the range of the per-race ratios.  One race's ratio moves
-    with the numpy loop's time, which varied 0.185-0.306 s between idle races on
-    the Zen 4 machine (twelfth session); the median over races is the figure.
-    Each idle race waits for the load average to settle below 1 (:func:`settle`)."""
+    """``repeat`` races (:func:`race`) in a row under the same load, each idle
+    one after :func:`settle`: the medians of dpreg's run phase (with the noise
+    calibration counted, and memoised) and of the numpy loop, the ratios of the
+    medians, and the range of the per-race ratios.  One race's ratio moves with
+    the numpy loop's time, which varied 0.185-0.306 s between idle races on the
+    Zen 4 machine (twelfth session); the median over races is the figure."""
     rows = []
     for _ in range(repeat):
         if load == 0:
             settle()
         rows.append(race(algo, load, warm_parallel=warm_parallel))
-    med = {k: float(np.median([r[k] for r in rows])) for k in ("dpreg_s", "numpy_s", "numpy_blas1_s", "loadavg")}
+    med = {k: float(np.median([r[k] for r in rows]))
+           for k in ("dpreg_first_s", "dpreg_s", "numpy_s", "numpy_blas1_s", "loadavg")}
     ratios = [r["speedup"] for r in rows]
     return {"algo": algo, "load": load, "repeat": repeat, "steps": rows[0]["steps"], **med,
-            "speedup_of_medians": med["numpy_s"] / med["dpreg_s"],
-            "speedup_blas1_of_medians": med["numpy_blas1_s"] / med["dpreg_s"],
+            "speedup_first": med["numpy_s"] / med["dpreg_first_s"], "speedup": med["numpy_s"] / med["dpreg_s"],
+            "speedup_blas1": med["numpy_blas1_s"] / med["dpreg_s"],
             "speedup_min": min(ratios), "speedup_max": max(ratios)}
 
 
 if __name__ == "__main__":  # python benchmarks/bench_end_to_end.py [--warm-parallel] [--repeat N] [algo ...]: the race table
-    warm = "--warm-parallel" in sys.argv
-    args = sys.argv[1:]
-    repeat = 1
-    if "--repeat" in args:
-        i = args.index("--repeat")
-        repeat = int(args[i + 1])
-        del args[i:i + 2]
-    algos = [a for a in args if not a.startswith("--")] or ["dp-sgd", "dp-spider"]
-    if warm:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="the race table: dpreg's run phase against the numpy loop")
+    ap.add_argument("algos", nargs="*", default=["dp-sgd", "dp-spider"])
+    ap.add_argument("--warm-parallel", action="store_true",
+                    help="compile the parallel kernel variants before the races (a warm numba cache)")
+    ap.add_argument("--repeat", type=int, default=1, help="races per row; the table gives their medians")
+    a = ap.parse_args()
+    if a.warm_parallel:
         print("(parallel kernel variants compiled before the races: a warm numba cache)")
-    if repeat > 1:
-        print(f"({repeat} races per row, one after another; medians)")
-        print("| algorithm | busy started | load avg (median) | steps | dpreg run, calibration memoised (s, median) | "
-              "numpy (s, median) | numpy, BLAS 1 thread (s, median) | numpy / dpreg, of the medians | "
-              "numpy 1-thread / dpreg | per-race numpy / dpreg, range |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
-        for algo in algos:
-            for load in (0, 2):
-                r = race_repeated(algo, load, repeat, warm_parallel=warm)
-                print(f"| {algo} | {load} | {r['loadavg']:.1f} | {r['steps']} | {r['dpreg_s']:.3f} | {r['numpy_s']:.3f} | "
-                      f"{r['numpy_blas1_s']:.3f} | {r['speedup_of_medians']:.2f}x | {r['speedup_blas1_of_medians']:.2f}x | "
-                      f"{r['speedup_min']:.2f}-{r['speedup_max']:.2f}x |", flush=True)
-        sys.exit(0)
+    print(f"({a.repeat} race(s) per row, one after another; medians)")
     print("| algorithm | busy started | load avg | steps | dpreg run incl. calibration (s) | dpreg run, "
           "calibration memoised (s) | numpy (s) | numpy, BLAS 1 thread (s) | numpy / dpreg incl. cal. "
-          "| numpy / dpreg | numpy 1-thread / dpreg |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for algo in algos:
+          "| numpy / dpreg | numpy 1-thread / dpreg | per-race numpy / dpreg, range |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for algo in a.algos:
         for load in (0, 2):
-            if load == 0:
-                settle()
-            r = race(algo, load, warm_parallel=warm)
+            r = race_repeated(algo, load, a.repeat, warm_parallel=a.warm_parallel)
             print(f"| {algo} | {load} | {r['loadavg']:.1f} | {r['steps']} | {r['dpreg_first_s']:.3f} | "
                   f"{r['dpreg_s']:.3f} | {r['numpy_s']:.3f} | {r['numpy_blas1_s']:.3f} | {r['speedup_first']:.2f}x | "
-                  f"{r['speedup']:.2f}x | {r['speedup_blas1']:.2f}x |", flush=True)
+                  f"{r['speedup']:.2f}x | {r['speedup_blas1']:.2f}x | {r['speedup_min']:.2f}-{r['speedup_max']:.2f}x |",
+                  flush=True)

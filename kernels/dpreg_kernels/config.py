@@ -277,6 +277,17 @@ def _busy() -> float:
         return os.getloadavg()[0]
 
 
+def machine_has_idle_cores() -> bool:
+    """Whether other work leaves a CPU for a parallel kernel's threads:
+    :func:`_busy` below the CPU count minus one half (True where the platform
+    gives no load information).  Not cached: :func:`want_parallel` keeps its
+    own look for :data:`LOAD_LOOK_S` seconds."""
+    try:
+        return _busy() < (os.cpu_count() or 1) - 0.5
+    except OSError:  # no load information on this platform
+        return True
+
+
 def want_parallel(work: int) -> bool:
     """Whether a kernel of ``work`` elements should run its parallel variant:
     work >= :data:`PARALLEL_WORK`, numba has more than one thread, and the
@@ -292,9 +303,5 @@ def want_parallel(work: int) -> bool:
 
     now = time.monotonic()
     if now - _load[0] > LOAD_LOOK_S:
-        try:
-            idle = _busy() < (os.cpu_count() or 1) - 0.5
-        except OSError:  # no load information on this platform
-            idle = True
-        _load[0], _load[1] = now, float(idle)
+        _load[0], _load[1] = now, float(machine_has_idle_cores())
     return bool(_load[1])

@@ -2,7 +2,7 @@
 test and saddle perturbation - Alg 2 + Alg 3 of
 liu-talwar-2024-adaptive-batch-sosp.txt (parameters of Thm 3.11).
 
-Passes of disjoint batches (dpreg.access.SinglePass): within a pass each
+Passes of disjoint batches (dpreg.access.Passes): within a pass each
 record is used at most once, batches drawn from the pass's unused records.
 Alg 2 makes one pass (preset=theory); on 20,000 records or more the
 practical default makes ``passes`` = 3 (a fresh secret permutation per pass,

@@ -57,7 +57,7 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
-from dpreg.access import Exhausted
+from dpreg.access import Exhausted, new_pass_id
 from dpreg.errors import DpregError, ParameterError
 from dpreg.interfaces import Participation, RunOutput, charge
 from dpreg.params import ParamSpec
@@ -105,8 +105,11 @@ class DistributedSpiderOracle:
         self.b1, self.b2, self.kappa = int(b1), int(b2), float(kappa)
         self.max_phase = int(max_phase)
         self.n = int(records)
-        #: passes over every shard the plan allows (each a fresh permutation on every client)
+        #: passes over every shard the plan allows (each a fresh permutation on every client); the
+        #: run accountant's pass id of the current pass: a one-pass run keeps the default pass (None),
+        #: which Alg 4's selection group shares; several passes take fresh ids (dpreg.access.new_pass_id)
         self.passes, self.pass_no, self._used_before = int(passes), 1, 0
+        self._pass_id = None if self.passes == 1 else new_pass_id()
         self.drift = math.inf
         self.prev: np.ndarray | None = None
         self.g: np.ndarray | None = None
@@ -140,15 +143,14 @@ class DistributedSpiderOracle:
             # the next pass: every client re-permutes its shard; its first round is an O1 refresh
             self._used_before += self.used
             self.used, self.pass_no, self.drift = 0, self.pass_no + 1, math.inf
+            self._pass_id = new_pass_id()
             o1, b = True, self.b1
         if self.used + b > self.n:
             raise Exhausted(f"{b} records requested, {self.n - self.used} unused on the smallest shard")
         self.rounds += 1
         # the run's accountant: the event each client charges its own before releasing (a record
-        # is in one batch of each pass of its client: the batches of a pass are one pass's groups;
-        # a one-pass run keeps the default pass, which Alg 4's selection group shares: parallel)
-        pass_id = None if self.passes == 1 else ("pass", self.pass_no)
-        charge(self.accountant, self.event, Participation.disjoint(("batch", self.rounds), pass_id=pass_id),
+        # is in one batch of each pass of its client: the batches of a pass are one pass's groups)
+        charge(self.accountant, self.event, Participation.disjoint(("batch", self.rounds), pass_id=self._pass_id),
                label=f"round {self.rounds} (per-client release)")
         x = np.array(x, dtype=float)
         if o1:
