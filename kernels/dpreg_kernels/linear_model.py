@@ -35,8 +35,8 @@ derivative with a vectorised ``exp`` (:mod:`dpreg_kernels.vmath`), clip
 factors, accumulation - (IJCNN1 49,990 x 22, one thread: 21 -> 15 ns per row
 for O1, 24.5 -> 15 for O2, against the former per-row kernels;
 docs/benchmarks.md), 4-row blocks within each pass (sampled 4,096 x 1,000: 3.4 -> 2.4 ms),
-precomputed row norms (-13 % at d = 1,000), software prefetch for gathers and
-short rows, no branch inside a vectorised loop (a zero row selected for
+precomputed row norms (-13 % at d = 1,000), software prefetch for gathers
+(not for consecutive rows: :data:`SHORT_ROW`), no branch inside a vectorised loop (a zero row selected for
 dropped terms, or a per-row full/gather test, made the loops 4x slower),
 fastmath without nnan/ninf (1.7x; the overflow guards stay).  float32 is not offered
 (issue #4 measured it barely faster).  The thread count is never read inside a kernel (that would
@@ -85,9 +85,13 @@ n_chunks = jit_serial(i8(i8))(_n_chunks)
 
 
 #: Rows shorter than this are "short": little work per row, so the kernels
-#: prefetch two blocks ahead, in the full-batch path too (the hardware
-#: prefetcher alone keeps up with long rows: measured, 26 -> 18 ms at
-#: 581,012 x 54 on one thread, no gain at d = 1,000).
+#: prefetch two blocks ahead of a gather (one block for long rows).  A stage of
+#: consecutive rows (the full batch, whether passed as ``full`` or as row
+#: numbers) is not prefetched: the hardware prefetcher follows it, and on the
+#: Zen 4 machine of the thirteenth session software prefetches there only cost
+#: (``benchmarks/kernel_shapes.py`` before and after, one thread: docs/benchmarks.md,
+#: "Thirteenth session"; the tenth session's 26 -> 18 ms gain from prefetching at
+#: 581,012 x 54 was measured on another machine).
 SHORT_ROW = 128
 
 
@@ -377,9 +381,12 @@ def _chunk(X, y, nx, idx, full, w, wp, two, r, rr, has_r, dphi, blk, clip, clip2
         nb = s1 - s0
         for t in range(s0, s1):  # the stage's rows as one index array: no full/gather branch in the passes
             ib[t - s0] = t if full else idx[t]
-        _margins(X, w, wp, two, ib, nb, pf, mv, nv)
+        # consecutive rows (the full batch, also when passed as row numbers): the hardware
+        # prefetcher follows them, and software prefetches only cost (SHORT_ROW)
+        pfs = pf if ib[nb - 1] - ib[0] != nb - 1 else 0
+        _margins(X, w, wp, two, ib, nb, pfs, mv, nv)
         if has_r:
-            _margins(X, r, r, not_two, ib, nb, pf, pv, nv)
+            _margins(X, r, r, not_two, ib, nb, pfs, pv, nv)
         for u in range(nb):
             yv[u] = y[ib[u]]
         blk(mv[:nb], yv[:nb], av[:nb], cv[:nb], bits[:nb], dphi)
@@ -433,9 +440,9 @@ def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
         st = STAGE
     if st < BLOCK:
         st = BLOCK
-    # rows ahead that the margins pass prefetches: gathers and short rows (long rows read in
-    # order: the hardware prefetcher keeps up with them)
-    pf = 0 if (full and d >= SHORT_ROW) else (2 * BLOCK if d < SHORT_ROW else BLOCK)
+    # rows ahead that the margins pass prefetches in a gathered stage (none in a stage of
+    # consecutive rows: SHORT_ROW)
+    pf = 2 * BLOCK if d < SHORT_ROW else BLOCK
     # per chunk (a stride of d + 2): the partial sum, then its sum of clip factors (multiplies r)
     # and its clip count (a float: exact below 2^53).  One-dimensional allocations and
     # explicit zeroing: every allocation shape, dtype or np.zeros compiles one more numba
