@@ -262,3 +262,69 @@ def test_runs_on_real_data_from_python(noise):
                     params={"steps": 20, "phase": 5})
     assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
     assert rec["diagnostics"]["metrics"]["train_grad_norm"] < rec["diagnostics"]["trajectory"]["checkpoints"]["grad_norm"][0]
+
+
+class StepwiseGaussian(GaussianMechanism):
+    """The gaussian plugin without ``independent_adds``: dp-spider then runs its
+    step-at-a-time loop (refresh/update, one ``add`` per release)."""
+
+    independent_adds = False
+
+
+@pytest.mark.parametrize("params", [
+    {},                                                      # separate O1/O2 multipliers, full O1, Poisson O2
+    {"o1_share": 0.0, "steps": 23, "phase": 4},              # one multiplier; T not a multiple of q
+    {"batch1": 900, "batch2": 150, "output": "random"},      # Poisson O1 too; the random iterate
+    {"output": "average", "noise_multiplier": 8.0, "lipschitz_cap": False},
+])
+def test_phase_at_a_time_equals_step_at_a_time(params):
+    """With the gaussian plugin dp-spider runs a phase per call (SpiderEstimator.descend,
+    noise drawn per phase by GaussianMechanism.draw): the same seed gives exactly the same
+    iterates, released series, counters and charges as the step-at-a-time loop."""
+    pb = logistic_problem(n=3000)
+    p = {"steps": 30, "phase": 5, **params}
+    outs = []
+    for cls in (GaussianMechanism, StepwiseGaussian):
+        acc = RdpAccountant(2.0, 1e-5, DPSpider.relation)
+        algo = DPSpider(pb, bind(DPSpider.params, p, "dp-spider"), noise=cls, accountant=acc, seed=7)
+        outs.append((algo.run(), acc))
+    (a, acc_a), (b, acc_b) = outs
+    assert np.array_equal(a.w, b.w)
+    assert a.trajectory.keys() == b.trajectory.keys() == {"noisy_grad_norm", "batch", "sensitivity"}
+    assert all(a.trajectory[k] == b.trajectory[k] for k in a.trajectory)
+    ta, tb = a.info["trajectory"], b.info["trajectory"]
+    assert ta.steps == tb.steps and all(np.array_equal(u, v) for u, v in zip(ta.iterates, tb.iterates))
+    for key in ("phases", "o2_calls", "clipped_terms", "releases", "noise_multiplier", "o1_noise_multiplier"):
+        assert a.info[key] == b.info[key], key
+    assert a.info["releases"] == p["steps"]
+    assert (a.iterations, a.records_used, a.gradient_evaluations) == (b.iterations, b.records_used,
+                                                                       b.gradient_evaluations)
+    assert acc_a.epsilon_spent == acc_b.epsilon_spent and acc_a.n_charges == acc_b.n_charges == 1
+    assert not np.array_equal(a.w, np.zeros(pb.d))
+
+
+def test_gaussian_draw_charges_and_matches_add():
+    """GaussianMechanism.draw(k): the k adds' standard normals in add order (row i scaled
+    by z s_i is add's noise), k charges made at once, the horizon enforced."""
+    rec = RecordingAccountant("add-remove")
+    p = Participation.poisson(0.25)
+    m1 = GaussianMechanism(dim=4, noise_multiplier=2.0, horizon=5, accountant=rec, seed=3)
+    rows = m1.draw(3, p)
+    assert rows.shape == (3, 4) and len(rec.global_events) == 3 and m1.steps == 3
+    m2 = GaussianMechanism(dim=4, noise_multiplier=2.0, horizon=5, accountant=RecordingAccountant("add-remove"),
+                           seed=3)
+    sums = [m2.add(np.zeros(4), s, p) for s in (0.5, 1.0, 2.0)]
+    steps = np.diff(np.vstack([np.zeros(4)] + sums), axis=0)
+    assert np.allclose(steps, rows * (2.0 * np.array([0.5, 1.0, 2.0]))[:, None], rtol=1e-14, atol=0)
+    assert rec.global_events == m2.accountant.global_events
+    with pytest.raises(RuntimeError):
+        m1.draw(3, p)  # 3 + 3 > horizon 5
+    assert not TreeMechanism.independent_adds and GaussianMechanism.draws_as_it_adds()
+
+    class Instrumented(GaussianMechanism):  # changes add alone: must be used through add
+        def add(self, increment, sensitivity, participation):
+            return super().add(increment, sensitivity, participation)
+
+    assert not Instrumented.draws_as_it_adds() and not StepwiseGaussian.draws_as_it_adds()
+    with pytest.raises(NotImplementedError):
+        TreeMechanism(dim=4, noise_multiplier=2.0, horizon=4, accountant=rec, seed=0).draw(1, p)

@@ -149,6 +149,97 @@ class SpiderEstimator:
         self.max_phase_steps = max(self.max_phase_steps, self._adds)
         return Release(value, "O1", sens, b, int(ncl), self.phases - 1, self._adds)
 
+    @property
+    def independent_adds(self) -> bool:
+        """Whether :meth:`descend` serves this estimator: each mechanism it
+        releases through draws every add's noise on its own and may be drawn
+        from in place of its ``add``
+        (:meth:`~dpreg.interfaces.NoiseMechanism.draws_as_it_adds`: the gaussian plugin)."""
+        return type(self.mechanism).draws_as_it_adds() and (not self.separate
+                                                            or type(self.o1_mechanism).draws_as_it_adds())
+
+    def descend(self, w: np.ndarray, w_prev: np.ndarray, batches: Sequence[tuple[np.ndarray, Participation]], *,
+                step: float, radius: float | None, denom1: float | None = None, denom2: float | None = None):
+        """One phase of projected descent on the estimate: ``k = len(batches)``
+        steps, the first on the O1 batch ``batches[0]``, the others on the O2
+        batches after it (all with one participation).  Step i releases the
+        estimate g_i exactly as :meth:`refresh` (i = 0) or :meth:`update` would
+        - the same clipped sums, sensitivities, noise draws, charges and
+        arithmetic, hence the same numbers - and moves ``w_prev, w = w,
+        project(w - step * g_i, radius)``.  Requires :attr:`independent_adds`:
+        the phase's noise is drawn and its k adds charged before its first
+        release (:meth:`~dpreg.interfaces.NoiseMechanism.draw`), and no
+        mechanism call or :class:`Release` is made per step (the per-step cost
+        this saves).  Returns ``(w, w_prev, W, released)``: the k iterates ``W``
+        (k, d) and, per step, ``(|g_i|, batch, sensitivity, clipped)``."""
+        from dpreg.problem import project
+
+        if not self.independent_adds:
+            raise RuntimeError(f"{type(self.mechanism).__name__} does not release independent adds")
+        k = len(batches)
+        if k < 1:
+            raise ValueError("descend needs at least the O1 batch")
+        p2 = batches[1][1] if k > 1 else None
+        if any(p != p2 for _, p in batches[2:]):
+            raise ValueError("descend: the O2 batches of a phase must share one participation")
+        pb, d = self.problem, self.problem.d
+        if self._started:
+            self.mechanism.reset()
+            if self.separate:
+                self.o1_mechanism.reset()
+        self._started = True
+        idx, p1 = batches[0]
+        if self.separate:  # O1 by its own mechanism, the O2 sum by the main one
+            z1, noise1 = self.o1_mechanism.z, self.o1_mechanism.draw(1, p1)[0]
+            noise2 = self.mechanism.draw(k - 1, p2) if k > 1 else None
+        else:  # one generator: the O1 add's draw, then the O2 adds' draws, in add order
+            z1, noise1 = self.mechanism.z, self.mechanism.draw(1, p1)[0]
+            noise2 = self.mechanism.draw(k - 1, p2) if k > 1 else None
+        z = self.mechanism.z
+        W = np.empty((k, d))
+        released = []
+        # O1 (refresh): the mechanism's running sum restarts at zero
+        b = len(idx)
+        den = float(denom1 if denom1 is not None else max(b, 1))
+        s, ncl = pb.clipped_grad_sum(w, idx, self.clip) if b else (np.zeros(d), 0)
+        sens = self.factor * self.clip / den
+        total = np.zeros(d)
+        total += s / den + noise1 * (z1 * float(sens))
+        if self.separate:
+            self._base = total
+            total = np.zeros(d)
+            g = self._base.copy()
+        else:
+            g = total.copy()
+        self._adds = 1
+        self.phases += 1
+        self.gradient_evaluations += b
+        self.records += b
+        self.max_phase_steps = max(self.max_phase_steps, 1)
+        for i in range(k):
+            if i > 0:  # O2 (update)
+                idx = batches[i][0]
+                b = len(idx)
+                den = float(denom2 if denom2 is not None else max(b, 1))
+                c = self.o2_clip(w, w_prev)
+                if c > 0 and b:
+                    s, ncl = pb.clipped_diff_sum(w, w_prev, idx, c)
+                else:
+                    s, ncl = np.zeros(d), 0
+                sens = self.factor * c / den
+                total += s / den + noise2[i - 1] * (z * float(sens))
+                g = self._base + total if self.separate else total.copy()
+                self._adds += 1
+                self.o2_calls += 1
+                self.gradient_evaluations += 2 * b
+                self.records += b
+                self.max_phase_steps = max(self.max_phase_steps, self._adds)
+            released.append((float(np.linalg.norm(g)), b, sens, int(ncl)))
+            w_prev = w
+            w = project(w - step * g, radius)
+            W[i] = w
+        return w, w_prev, W, released
+
     def o2_clip(self, w: np.ndarray, w_prev: np.ndarray) -> float:
         """Per-record clip of O2 between ``w_prev`` and ``w``:
         min(M |w - w_prev|, diff_cap)."""
