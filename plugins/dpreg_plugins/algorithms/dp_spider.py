@@ -32,12 +32,6 @@ amplification would need replace-one (sensitivity 2C) and are not offered.
 z is calibrated before the run so that the worst-case record's planned
 exposure (every add of every phase, dry-run through the noise class itself)
 spends the budget.
-
-With the gaussian plugin (``independent_adds``) the run goes a phase at a time
-(:meth:`SpiderEstimator.descend`: the phase's noise drawn and its adds checked
-off against the prepaid plan before its first release, no mechanism call per
-step); with any other plugin a step at a time through ``refresh``/``update``.
-Both give the same numbers for the same seed (tests/test_dp_spider.py).
 """
 from __future__ import annotations
 
@@ -201,36 +195,21 @@ class DPSpider(Algorithm):
         traj = Trajectory(T, keep_every_iterate=T * pb.d <= KEEP_ALL_FLOATS)  # --select sees every iterate
         traj.log(0, w)
         clipped = 0
-        if est.independent_adds:  # a phase at a time: the same releases and numbers as the loop below
-            t = 0
-            while t < T:
-                k = min(q, T - t)
-                batches = [draw1()] + [draw2() for _ in range(k - 1)]
-                w, w_prev, W, released = est.descend(w, w_prev, batches, step=step, radius=radius,
-                                                     denom1=den1, denom2=den2)
-                clipped += sum(r[3] for r in released)
-                traj.log_many(t + 1, W, noisy_grad_norm=[r[0] for r in released], batch=[r[1] for r in released],
-                              sensitivity=[r[2] for r in released])
-                for i in range(k):
-                    output.see(t + i + 1, W[i])
-                    self.progress(t + i + 1, T)  # every step reported (a dropped Ctrl-C stops the run at the next)
-                t += k
-        else:  # any noise plugin: a step at a time through refresh/update
-            for t in range(T):
-                if t % q == 0:
-                    idx, part = draw1()
-                    rel = est.refresh(w, idx, part, denom=den1)
-                else:
-                    idx, part = draw2()
-                    rel = est.update(w, w_prev, idx, part, denom=den2)
-                clipped += rel.clipped
-                g = rel.value
-                w_prev = w
-                w = project(w - step * g, radius)
-                output.see(t + 1, w)
-                traj.log(t + 1, w, noisy_grad_norm=float(np.linalg.norm(g)), batch=rel.batch,
-                         sensitivity=rel.sensitivity)
-                self.progress(t + 1, T)
+        for t in range(T):
+            if t % q == 0:
+                idx, part = draw1()
+                rel = est.refresh(w, idx, part, denom=den1)
+            else:
+                idx, part = draw2()
+                rel = est.update(w, w_prev, idx, part, denom=den2)
+            clipped += rel.clipped
+            g = rel.value
+            w_prev = w
+            w = project(w - step * g, radius)
+            output.see(t + 1, w)
+            traj.log(t + 1, w, noisy_grad_norm=float(np.linalg.norm(g)), batch=rel.batch,
+                     sensitivity=rel.sensitivity)
+            self.progress(t + 1, T)
         traj.finish(T, w)
         out = output.result(w)
         info = {
