@@ -223,7 +223,7 @@ def main(argv=None):
     V = V[:, ev > 1e-9 * ev[-1]]
     w_ref = V @ (V.T @ w_ref)
     u_ref = w_ref / np.linalg.norm(w_ref)
-    spec = spectrum(X, w_star, c, hc)
+    spec = next((s for s in grid if s["c"] == c), None) or spectrum(X, w_star, c, hc)
     rho = pb.constants()[2]
     facts = {**spec, "F0": F0, "F_ref": F_ref, "lambda_min_ref": float(np.linalg.eigvalsh(pb.hessian(w_ref))[0]),
              "norm_ref": float(np.linalg.norm(w_ref)), "grad_0": float(np.linalg.norm(pb.gradient(z))),

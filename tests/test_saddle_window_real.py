@@ -18,7 +18,6 @@ the page's rule on IJCNN1).
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,28 +26,24 @@ import pytest
 from conftest import shared_file
 
 N, C, EPS, SEEDS = 20000, 0.05, 1.0, (0, 1, 2)
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def setup():
+    """(the experiment module, whose namespace holds experiment_saddles_phase's
+    real_rows, planted_w and run_method; the problem; the spectrum of H(0))."""
     shared_file("ijcnn1.trn.bz2")
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("experiment_saddle_window", BENCH / "experiment_saddle_window.py")
-        W = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(W)
-        import experiment_saddles_phase as P
-    finally:
-        sys.path.remove(str(BENCH))
-    X = P.real_rows("ijcnn1", n=N)
-    w_star = P.planted_w(X.shape[1], 0)
-    pb = W.offset_problem(X, w_star, C)
-    return P, W, pb, W.spectrum(X, w_star, C, 0.1)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "experiment_saddle_window.py"
+    spec = importlib.util.spec_from_file_location("experiment_saddle_window", path)
+    W = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(W)
+    X = W.real_rows("ijcnn1", n=N)
+    w_star = W.planted_w(X.shape[1], 0)
+    return W, W.offset_problem(X, w_star, C), W.spectrum(X, w_star, C, 0.1)
 
 
 def test_w0_is_a_mixed_curvature_strict_saddle(setup):
-    _, _, pb, sp = setup
+    _, pb, sp = setup
     assert pb.n == N and pb.d == 22
     assert np.all(pb.gradient(np.zeros(pb.d)) == 0.0)
     assert 1 <= sp["n_neg"] <= pb.d // 4 and sp["n_pos"] >= pb.d // 2
@@ -59,9 +54,9 @@ def test_w0_is_a_mixed_curvature_strict_saddle(setup):
 def test_first_order_methods_sit_at_the_saddle(setup, algo):
     from dpreg.metrics import lambda_min
 
-    P, _, pb, sp = setup
+    W, pb, sp = setup
     for seed in SEEDS:
-        w, out, _, spent = P.run_method(pb, algo, "last", {"clip": 0.1}, EPS, seed)
+        w, out, _, spent = W.run_method(pb, algo, "last", {"clip": 0.1}, EPS, seed)
         assert spent <= EPS * (1 + 1e-9)
         assert np.linalg.norm(w) <= 0.05
         assert lambda_min(pb, w) == pytest.approx(sp["lambda_min_0"], abs=2e-4)
@@ -71,10 +66,10 @@ def test_first_order_methods_sit_at_the_saddle(setup, algo):
 def test_trust_region_and_its_control_leave(setup, hess_clip):
     from dpreg.metrics import lambda_min
 
-    P, _, pb, sp = setup
+    W, pb, sp = setup
     F0 = pb.value(np.zeros(pb.d))
     for seed in SEEDS:
-        w, out, _, spent = P.run_method(pb, "dp-trust-region", "last", {"clip": 0.1, "hess_clip": hess_clip}, EPS,
+        w, out, _, spent = W.run_method(pb, "dp-trust-region", "last", {"clip": 0.1, "hess_clip": hess_clip}, EPS,
                                         seed)
         assert spent <= EPS * (1 + 1e-9)
         assert pb.value(w) <= 0.9 * F0

@@ -88,10 +88,11 @@ n_chunks = jit_serial(i8(i8))(_n_chunks)
 #: prefetch two blocks ahead of a gather (one block for long rows).  A stage of
 #: consecutive rows (the full batch, whether passed as ``full`` or as row
 #: numbers) is not prefetched: the hardware prefetcher follows it, and on the
-#: Zen 4 machine of the thirteenth session software prefetches there only cost
-#: (``benchmarks/kernel_shapes.py`` before and after, one thread: docs/benchmarks.md,
-#: "Thirteenth session"; the tenth session's 26 -> 18 ms gain from prefetching at
-#: 581,012 x 54 was measured on another machine).
+#: Zen 4 machine of the thirteenth session software prefetches there cost or were
+#: neutral but for 16 MB of rows at d >= 54 (``benchmarks/kernel_shapes.py`` before
+#: and after, ``benchmarks/kernel_parts.py --prefetch-sweep``, one thread:
+#: docs/benchmarks.md, "Thirteenth session"; the tenth session's 26 -> 18 ms gain
+#: from prefetching at 581,012 x 54 was measured on another machine).
 SHORT_ROW = 128
 
 
