@@ -4,9 +4,10 @@ IJCNN1 (logistic loss, epsilon 1, research seed 0, the race's set-up,
 with their Python wrappers), the Poisson sampling (``poisson_rows_many``) and
 the rest (noise, accounting, trajectory, per-step Python), and the same run
 with the kernels and the sampling replaced by instant stand-ins (the
-per-step Python alone; the numbers it computes are meaningless).  dp-sgd's
-fused steps (``Problem.sgd_steps``: many steps per compiled call, Python
-only between calls) count as kernels; it has no stand-in run.
+per-step Python alone; the numbers it computes are meaningless).  Compiled
+steps (dp-sgd's ``Problem.sgd_steps``, dp-spider's ``Problem.spider_steps``:
+many steps per compiled call, Python only between calls) count as kernels;
+such a run has no stand-in run.
 
     python benchmarks/race_breakdown.py [algo] [--runs K]   # default dp-spider, 10 runs
 
@@ -54,9 +55,9 @@ def breakdown(algo: str = "dp-spider", runs: int = 10):
         return g
 
     grad, diff, sample = pb.clipped_grad_sum, pb.clipped_diff_sum, access.poisson_rows_many
-    fused = pb.sgd_steps
+    fused, spider = pb.sgd_steps, pb.spider_steps
     pb.clipped_grad_sum, pb.clipped_diff_sum = timed(grad, "kernels"), timed(diff, "kernels")
-    pb.sgd_steps = timed(fused, "fused")
+    pb.sgd_steps, pb.spider_steps = timed(fused, "fused"), timed(spider, "fused")
     access.poisson_rows_many = timed(sample, "sampling")
     parts["fused"] = 0.0
     try:
@@ -85,7 +86,7 @@ def breakdown(algo: str = "dp-spider", runs: int = 10):
         bare = sorted(once() for _ in range(runs))
     finally:
         pb.clipped_grad_sum, pb.clipped_diff_sum, access.poisson_rows_many = grad, diff, sample
-        pb.sgd_steps = fused
+        pb.sgd_steps, pb.spider_steps = fused, spider
     return sorted(rows), bare
 
 

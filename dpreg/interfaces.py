@@ -199,21 +199,28 @@ class Participation:
         return Participation("disjoint", group=group, pass_id=pass_id)
 
 
-def charge(accountant: "Accountant", event, participation: Participation, label: str = "") -> float:
+def charge(accountant: "Accountant", event, participation: Participation, label: str = "", *,
+           count: int = 1) -> float:
     """Charge ``event`` (the exposure of a record that *is* in the release) to
-    ``accountant`` according to ``participation``; the one place the
-    participation kinds are turned into accounting."""
+    ``accountant`` according to ``participation``, ``count`` times (``count``
+    releases of the same kind, each charged as one call would charge it); the
+    one place the participation kinds are turned into accounting.  Returns
+    the accountant's epsilon after the last charge."""
     from .accounting import poisson_sampled
 
     if participation.kind == "all":
-        return accountant.charge(event, None, label=label)
-    if participation.kind == "poisson":
-        return accountant.charge(poisson_sampled(participation.q, event), None, label=label)
-    if participation.kind == "disjoint":
-        if participation.pass_id is None:
-            return accountant.charge(event, participation.group, label=label)
-        return accountant.charge(event, participation.group, label=label, pass_id=participation.pass_id)
-    raise ValueError(f"unknown participation kind {participation.kind!r}")
+        ev, kw = event, {}
+    elif participation.kind == "poisson":
+        ev, kw = poisson_sampled(participation.q, event), {}
+    elif participation.kind == "disjoint":
+        ev, kw = event, ({} if participation.pass_id is None else {"pass_id": participation.pass_id})
+    else:
+        raise ValueError(f"unknown participation kind {participation.kind!r}")
+    group = participation.group if participation.kind == "disjoint" else None
+    out = 0.0
+    for _ in range(int(count)):
+        out = accountant.charge(ev, group, label=label, **kw)
+    return out
 
 
 # -------------------------------------------------------------------------- oracle
@@ -275,6 +282,10 @@ class NoiseMechanism(ABC):
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
+    #: True when every add's noise is an independent N(0, (z s)^2 I) draw of its
+    #: own (the ``gaussian`` plugin): :meth:`draw` then gives the draws of several
+    #: adds at once, for callers that keep the running sum themselves
+    independent_adds: ClassVar[bool] = False
 
     def __init__(self, *, dim: int, noise_multiplier: float, horizon: int,
                  accountant: "Accountant", seed: int | np.random.SeedSequence):
@@ -300,6 +311,27 @@ class NoiseMechanism(ABC):
     def add(self, increment: np.ndarray, sensitivity: float,
             participation: Participation) -> np.ndarray:
         """Add one increment; return the noisy prefix sum since the last reset."""
+
+    @classmethod
+    def draws_as_it_adds(cls) -> bool:
+        """Whether a caller may use :meth:`draw` in place of :meth:`add`:
+        :attr:`independent_adds`, and ``draw`` defined by the class that defines
+        ``add`` - a subclass that changes ``add`` alone (an instrumented or
+        audited mechanism, ``dpreg audit``'s faults) is used through ``add``."""
+        def owner(name):
+            return next(k for k in cls.__mro__ if name in k.__dict__)
+
+        return bool(cls.independent_adds) and owner("draw") is owner("add")
+
+    def draw(self, k: int, participation: Participation) -> np.ndarray:
+        """Only where :attr:`independent_adds`: the noise of the next ``k`` adds
+        of this phase, unscaled - a (k, dim) array of standard normals drawn
+        now from the mechanism's secret generator in the order ``k`` calls of
+        :meth:`add` would draw them - with the ``k`` adds charged now (before
+        any of them is released) and counted against the horizon.  Row i times
+        ``z * s_i`` (s_i the i-th add's sensitivity) is the noise ``add`` would
+        have added to that increment; the caller keeps the running sum."""
+        raise NotImplementedError(f"{type(self).__name__} does not release independent adds")
 
     @classmethod
     @abstractmethod

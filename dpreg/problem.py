@@ -297,6 +297,64 @@ class Problem:
             w = sgd.sgd_steps.fast(False)(self.X, self.y, self._nx, rows, offsets, *tail)
         return w, W, gn
 
+    # ------------------------------------------------------- many dp-spider steps
+    def spider_steps_available(self) -> bool:
+        """Whether :meth:`spider_steps` serves this problem: dense rows, the
+        loss's psi gradient compiled (or none), and :meth:`clipped_grad_sum`
+        and :meth:`clipped_diff_sum` this class's own (a subclass that
+        changes either - the audit's faults, a user's instrumentation - runs
+        step by step through them)."""
+        return (self._csr is None and type(self).clipped_grad_sum is Problem.clipped_grad_sum
+                and type(self).clipped_diff_sum is Problem.clipped_diff_sum and self.loss.psi_kernel() is not None)
+
+    def spider_steps(self, w0: np.ndarray, w_prev: np.ndarray, rows: np.ndarray, offsets: np.ndarray, full1: bool,
+                     noise1: np.ndarray, noise2: np.ndarray, *, phase: int, sens1: float, scale1: float, z2: float,
+                     factor: float,
+                     separate: bool, clip: float, smoothness: float, diff_cap: float | None, denom1: float,
+                     denom2: float, step: float, radius: float | None):
+        """``K = len(offsets) - 1`` dp-spider steps - whole phases of ``phase``
+        steps, from a phase start - in one compiled call
+        (:mod:`dpreg_kernels.spider`, whose docstring gives a step's
+        arithmetic: ``SpiderEstimator.refresh``/``update`` with the gaussian
+        mechanism, then the update).  Step t's batch is
+        ``rows[offsets[t]:offsets[t+1]]`` (an O1 step's is every row when
+        ``full1``); ``noise1`` (phases, d) and ``noise2`` (O2 steps, d) are the
+        adds' standard normals from the caller's secret generators.  Per-record
+        terms are clipped in the kernels as :meth:`clipped_grad_sum` and
+        :meth:`clipped_diff_sum` clip them.  Returns ``(w, w_prev, iterates (K,
+        d), noisy estimate norms (K,), sensitivities (K,), clipped terms
+        (K,))``.  Requires :meth:`spider_steps_available`."""
+        from dpreg_kernels.config import PARALLEL_WORK
+        from dpreg_kernels.spider import spider_steps
+
+        K = len(offsets) - 1
+        d = self.d
+        W = np.empty((K, d))
+        gn = np.empty(K)
+        sens = np.empty(K)
+        ncl = np.empty(K, dtype=np.int64)
+        wp = np.array(self._vec(w_prev), dtype=np.float64)  # written: the last step's previous iterate
+        noise1 = np.ascontiguousarray(noise1, dtype=np.float64)
+        noise2 = np.ascontiguousarray(noise2, dtype=np.float64)
+        n1 = -(-K // int(phase))
+        if noise1.shape != (n1, d) or noise2.shape != (K - n1, d):
+            raise ValueError(f"noise shapes {noise1.shape}, {noise2.shape}: expected {(n1, d)}, {(K - n1, d)}")
+        # the parallel form where a batch's work may want it and the parallel clipped sum is cheap
+        # to have (clipped_sum.pick: compiled, cached, or amortised), the threshold looked up once
+        big = max(self.n if full1 else 0, int(np.max(np.diff(offsets))) if K else 0) * d
+        ck = self._k.clipped_sum
+        parallel = _want_parallel(big) and ck.pick(True) is ck.fast(True)
+        par_work = PARALLEL_WORK if parallel else np.iinfo(np.int64).max
+        w = spider_steps.form(parallel)(
+            self.X, self.y, self._nx, np.ascontiguousarray(rows, dtype=np.int64),
+            np.ascontiguousarray(offsets, dtype=np.int64), bool(full1), int(par_work), self._vec(w0), wp, noise1,
+            noise2, float(sens1), float(scale1), float(z2), float(factor), bool(separate), _inner(clip),
+            1.0 - CLIP_MARGIN, float(smoothness),
+            float(diff_cap) if diff_cap is not None else np.inf, float(denom1), float(denom2), float(step),
+            float(radius) if radius is not None else 0.0, int(phase), self._psi_ref, self._psi_params,
+            self._refs[1], self._dphi_block, W, gn, sens, ncl)
+        return w, wp, W, gn, sens, ncl
+
     def initial_point(self, rng: np.random.Generator) -> np.ndarray:
         """The data-independent default start of an algorithm: the origin
         (``rng`` is not drawn from)."""

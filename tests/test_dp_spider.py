@@ -262,3 +262,163 @@ def test_runs_on_real_data_from_python(noise):
                     params={"steps": 20, "phase": 5})
     assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 1.0 * (1 + 1e-9)
     assert rec["diagnostics"]["metrics"]["train_grad_norm"] < rec["diagnostics"]["trajectory"]["checkpoints"]["grad_norm"][0]
+
+
+# ------------------------------------------------ compiled steps (dpreg_kernels.spider)
+class StepwiseGaussian(GaussianMechanism):
+    """The gaussian plugin without ``independent_adds``: dp-spider then runs its
+    step-at-a-time loop (refresh/update, one ``add`` per release)."""
+
+    independent_adds = False
+
+
+def _run_both(pb, params, seed=7, eps=2.0):
+    """dp-spider twice with the same seed: compiled steps (gaussian) and a step at
+    a time (StepwiseGaussian); returns ((out, acc), (out, acc), compiled calls)."""
+    calls = []
+    orig = Problem.spider_steps
+
+    def counted(self, *a, **k):
+        calls.append(len(a[3]) - 1)
+        return orig(self, *a, **k)
+
+    Problem.spider_steps = counted
+    try:
+        outs = []
+        for cls in (GaussianMechanism, StepwiseGaussian):
+            acc = RdpAccountant(eps, 1e-5, DPSpider.relation)
+            algo = DPSpider(pb, bind(DPSpider.params, params, "dp-spider"), noise=cls, accountant=acc, seed=seed)
+            outs.append((algo.run(), acc))
+    finally:
+        Problem.spider_steps = orig
+    return outs[0], outs[1], calls
+
+
+@pytest.mark.parametrize("params", [
+    {},                                                      # separate O1/O2 multipliers, full O1, Poisson O2
+    {"o1_share": 0.0, "steps": 23, "phase": 4},              # one multiplier; T not a multiple of q
+    {"batch1": 900, "batch2": 150, "output": "random"},      # Poisson O1 too; the random iterate
+    {"output": "average", "noise_multiplier": 8.0, "lipschitz_cap": False},
+    {"clip": 0.05, "radius": 0.4},                           # clipped terms; the projection
+    {"steps": 600, "phase": 7, "batch2": 100},               # three compiled calls (256, 256, 88 steps)
+])
+def test_compiled_steps_equal_step_at_a_time(params):
+    """With the gaussian plugin on dense rows dp-spider runs whole phases per compiled
+    call (SpiderEstimator.steps -> Problem.spider_steps -> dpreg_kernels.spider); the
+    same seed gives exactly the same iterates, released series, counters and charges
+    as the step-at-a-time loop through refresh/update."""
+    pb = logistic_problem(n=3000)
+    p = {"steps": 30, "phase": 5, **params}
+    (a, acc_a), (b, acc_b), calls = _run_both(pb, p)
+    T = p["steps"]
+    assert sum(calls) == T and all(k % p["phase"] == 0 for k in calls[:-1])  # whole phases per call
+    assert np.array_equal(a.w, b.w)
+    assert a.trajectory.keys() == b.trajectory.keys() == {"noisy_grad_norm", "batch", "sensitivity"}
+    assert all(a.trajectory[k] == b.trajectory[k] for k in a.trajectory)
+    ta, tb = a.info["trajectory"], b.info["trajectory"]
+    assert ta.steps == tb.steps and all(np.array_equal(u, v) for u, v in zip(ta.iterates, tb.iterates))
+    for key in ("phases", "o2_calls", "clipped_terms", "releases", "noise_multiplier", "o1_noise_multiplier"):
+        assert a.info[key] == b.info[key], key
+    assert a.info["releases"] == T
+    assert (a.iterations, a.records_used, a.gradient_evaluations) == (b.iterations, b.records_used,
+                                                                       b.gradient_evaluations)
+    assert acc_a.epsilon_spent == acc_b.epsilon_spent and acc_a.n_charges == acc_b.n_charges == 1
+    assert not np.array_equal(a.w, np.zeros(pb.d))
+    if "clip" in params:
+        assert a.info["clipped_terms"] > 0
+
+
+def test_compiled_steps_equal_step_at_a_time_with_psi():
+    """A loss with a data-independent term (its psi gradient compiled for the steps,
+    numpy's in the step loop): the same numbers to rounding."""
+    from dpreg_plugins.losses.linear import LogisticNonconvexReg
+
+    base = logistic_problem(n=3000)
+    pb = Problem(LogisticNonconvexReg(), base.X, base.y)
+    (a, _), (b, _), calls = _run_both(pb, {"steps": 30, "phase": 5})
+    assert calls and np.allclose(a.w, b.w, rtol=1e-12, atol=1e-14)
+    assert np.allclose(a.trajectory["noisy_grad_norm"], b.trajectory["noisy_grad_norm"], rtol=1e-12)
+
+
+def test_compiled_steps_parallel_form_equals_serial_form():
+    """The parallel form (the parallel clipped sum for batches of at least par_work
+    elements) gives bit-identical steps to the serial form."""
+    from dpreg.problem import _inner
+    from dpreg_kernels.config import PARALLEL_WORK
+    from dpreg_kernels.spider import spider_steps
+
+    pb = logistic_problem(n=20_000)
+    rng = np.random.default_rng(3)
+    q, K, d = 4, 10, pb.d
+    batches = [np.sort(rng.choice(pb.n, 3000 if t % q else 0, replace=False)) for t in range(K)]
+    offsets = np.zeros(K + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in batches], out=offsets[1:])
+    rows = np.concatenate(batches).astype(np.int64)
+    n1 = -(-K // q)
+    noise1, noise2 = rng.standard_normal((n1, d)), rng.standard_normal((K - n1, d))
+    assert pb.n * d >= PARALLEL_WORK and 3000 * d < PARALLEL_WORK  # O1 parallel, O2 serial in the parallel form
+    res = []
+    for parallel in (False, True):
+        W, gn, sens, ncl = np.empty((K, d)), np.empty(K), np.empty(K), np.empty(K, dtype=np.int64)
+        wp = np.zeros(d)
+        w = spider_steps.form(parallel)(
+            pb.X, pb.y, pb._nx, rows, offsets, True, PARALLEL_WORK if parallel else 2 ** 62, np.zeros(d), wp,
+            noise1, noise2, 0.001, 0.002, 0.5, 2.0, True, _inner(1.0), 1.0 - 1e-12, 0.25, 2.0, float(pb.n), 3000.0,
+            2.0, 0.0, q, pb._psi_ref, pb._psi_params, pb._refs[1], pb._dphi_block, W, gn, sens, ncl)
+        res.append((w, wp, W, gn, sens, ncl))
+    for u, v in zip(*res):
+        assert np.array_equal(u, v)
+    assert np.all(res[0][3] > 0) and not np.array_equal(res[0][2][0], res[0][2][1])
+
+
+def test_compiled_steps_only_where_they_are_the_same_algorithm():
+    """The compiled steps serve the gaussian plugin on a dense problem with its own
+    clipped sums; tree noise, a mechanism whose add a subclass changes (the audit's
+    faults and recorders), a problem whose clipped sums a subclass changes, and
+    sparse rows run a step at a time."""
+    import scipy.sparse as sp
+
+    pb = logistic_problem(n=500)
+
+    def est(noise, problem=pb):
+        acc = RdpAccountant(2.0, 1e-5, DPSpider.relation)
+        return SpiderEstimator(problem, noise, noise_multiplier=3.0, horizon=4, accountant=acc, seed=0, clip=1.0,
+                               smoothness=0.25, o1_noise_multiplier=2.0, o1_seed=1)
+
+    class Instrumented(GaussianMechanism):
+        def add(self, increment, sensitivity, participation):
+            return super().add(increment, sensitivity, participation)
+
+    class Counting(Problem):
+        def clipped_diff_sum(self, w, w_prev, idx, clip):
+            return super().clipped_diff_sum(w, w_prev, idx, clip)
+
+    assert est(GaussianMechanism).compiled_steps
+    assert not est(TreeMechanism).compiled_steps
+    assert not est(Instrumented).compiled_steps and not est(StepwiseGaussian).compiled_steps
+    assert not est(GaussianMechanism, Counting(Logistic(), pb.X, pb.y)).compiled_steps
+    assert not est(GaussianMechanism, Problem(Logistic(), sp.csr_matrix(pb.X), pb.y)).compiled_steps
+    with pytest.raises(RuntimeError):
+        est(TreeMechanism).steps(np.zeros(pb.d), np.zeros(pb.d), [(np.arange(pb.n), Participation.all())], phase=4,
+                                 step=1.0, radius=None, full1=True, denom1=500.0, denom2=50.0)
+
+
+def test_gaussian_draw_charges_and_matches_add():
+    """GaussianMechanism.draw(k): the k adds' standard normals in add order (row i scaled
+    by z s_i is add's noise), k charges made at once, the horizon enforced."""
+    rec = RecordingAccountant("add-remove")
+    p = Participation.poisson(0.25)
+    m1 = GaussianMechanism(dim=4, noise_multiplier=2.0, horizon=5, accountant=rec, seed=3)
+    rows = m1.draw(3, p)
+    assert rows.shape == (3, 4) and len(rec.global_events) == 3 and m1.steps == 3
+    m2 = GaussianMechanism(dim=4, noise_multiplier=2.0, horizon=5, accountant=RecordingAccountant("add-remove"),
+                           seed=3)
+    sums = [m2.add(np.zeros(4), s, p) for s in (0.5, 1.0, 2.0)]
+    steps = np.diff(np.vstack([np.zeros(4)] + sums), axis=0)
+    assert np.allclose(steps, rows * (2.0 * np.array([0.5, 1.0, 2.0]))[:, None], rtol=1e-14, atol=0)
+    assert rec.global_events == m2.accountant.global_events
+    with pytest.raises(RuntimeError):
+        m1.draw(3, p)  # 3 + 3 > horizon 5
+    assert not TreeMechanism.independent_adds and GaussianMechanism.draws_as_it_adds()
+    with pytest.raises(NotImplementedError):
+        TreeMechanism(dim=4, noise_multiplier=2.0, horizon=4, accountant=rec, seed=0).draw(1, p)

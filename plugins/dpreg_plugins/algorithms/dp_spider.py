@@ -32,12 +32,16 @@ amplification would need replace-one (sensitivity 2C) and are not offered.
 z is calibrated before the run so that the worst-case record's planned
 exposure (every add of every phase, dry-run through the noise class itself)
 spends the budget.
+
+With the gaussian plugin on dense rows the run goes whole phases per compiled
+call (:meth:`SpiderEstimator.steps`, ``dpreg_kernels.spider``: each phase's
+batches and noise drawn, and its adds charged, before the call); otherwise a
+step at a time through ``refresh``/``update``.  Both give the same numbers for
+the same seed (tests/test_dp_spider.py).
 """
 from __future__ import annotations
 
 import math
-
-import numpy as np
 
 from dpreg import hookimpl
 from dpreg.accounting import composed
@@ -45,11 +49,14 @@ from dpreg.access import Resample
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
-from dpreg.problem import project
 from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
 from .dp_gd import COMMON, plan_noise, resolve_common
-from .spider_core import SpiderEstimator, calibrate_noise, planned_event, prepay
+from .spider_core import SpiderEstimator, calibrate_noise, norm2, planned_event, prepay, project2
+
+#: steps per compiled call (whole phases; SpiderEstimator.steps); each step is reported to the
+#: progress callback after the call
+STEPS_PER_CALL = 256
 
 
 def spider_plan(T: int, q: int, p1: Participation, p2: Participation):
@@ -195,21 +202,36 @@ class DPSpider(Algorithm):
         traj = Trajectory(T, keep_every_iterate=T * pb.d <= KEEP_ALL_FLOATS)  # --select sees every iterate
         traj.log(0, w)
         clipped = 0
-        for t in range(T):
-            if t % q == 0:
-                idx, part = draw1()
-                rel = est.refresh(w, idx, part, denom=den1)
-            else:
-                idx, part = draw2()
-                rel = est.update(w, w_prev, idx, part, denom=den2)
-            clipped += rel.clipped
-            g = rel.value
-            w_prev = w
-            w = project(w - step * g, radius)
-            output.see(t + 1, w)
-            traj.log(t + 1, w, noisy_grad_norm=float(np.linalg.norm(g)), batch=rel.batch,
-                     sensitivity=rel.sensitivity)
-            self.progress(t + 1, T)
+        if est.compiled_steps:  # whole phases per compiled call: the same numbers as the loop below
+            t = 0
+            per_call = max(q, STEPS_PER_CALL // q * q)
+            while t < T:
+                k = min(per_call, T - t)
+                batches = [draw1() if i % q == 0 else draw2() for i in range(k)]
+                w, w_prev, W, gn, sens, ncl, sizes = est.steps(w, w_prev, batches, phase=q, step=step,
+                                                               radius=radius, full1=q1 >= 1.0, denom1=den1,
+                                                               denom2=den2)
+                clipped += int(ncl.sum())
+                traj.log_many(t + 1, W, noisy_grad_norm=gn, batch=sizes, sensitivity=sens)
+                for i in range(k):
+                    output.see(t + i + 1, W[i])
+                    self.progress(t + i + 1, T)  # every step reported: a dropped Ctrl-C stops the run at the next
+                t += k
+        else:  # a step at a time (any noise plugin, sparse rows, instrumented problems)
+            for t in range(T):
+                if t % q == 0:
+                    idx, part = draw1()
+                    rel = est.refresh(w, idx, part, denom=den1)
+                else:
+                    idx, part = draw2()
+                    rel = est.update(w, w_prev, idx, part, denom=den2)
+                clipped += rel.clipped
+                g = rel.value
+                w_prev = w
+                w = project2(w - step * g, radius)
+                output.see(t + 1, w)
+                traj.log(t + 1, w, noisy_grad_norm=norm2(g), batch=rel.batch, sensitivity=rel.sensitivity)
+                self.progress(t + 1, T)
         traj.finish(T, w)
         out = output.result(w)
         info = {

@@ -36,7 +36,24 @@ import numpy as np
 from dpreg.accounting import composed, self_composed
 from dpreg.interfaces import NoiseMechanism, Participation
 
-__all__ = ["Release", "SpiderEstimator", "RecordingAccountant", "PrepaidAccountant", "planned_event", "prepay",
+
+def norm2(v: np.ndarray) -> float:
+    """The Euclidean norm of ``v``, summed in index order: the norm of the
+    compiled steps (:func:`dpreg_kernels.spider.norm2`), so the step-at-a-time
+    and compiled loops give the same numbers."""
+    from dpreg_kernels.spider import norm2 as compiled
+
+    return float(compiled(np.ascontiguousarray(v, dtype=np.float64)))
+
+
+def project2(w: np.ndarray, radius: float | None) -> np.ndarray:
+    """``dpreg.problem.project`` with :func:`norm2` (the compiled steps' projection)."""
+    if radius is None:
+        return w
+    nrm = norm2(w)
+    return w if nrm <= radius else w * (radius / nrm)
+
+__all__ = ["Release", "SpiderEstimator", "norm2", "project2", "RecordingAccountant", "PrepaidAccountant", "planned_event", "prepay",
            "calibrate_noise"]
 
 
@@ -151,9 +168,89 @@ class SpiderEstimator:
 
     def o2_clip(self, w: np.ndarray, w_prev: np.ndarray) -> float:
         """Per-record clip of O2 between ``w_prev`` and ``w``:
-        min(M |w - w_prev|, diff_cap)."""
-        c = self.smoothness * float(np.linalg.norm(np.asarray(w) - np.asarray(w_prev)))
+        min(M |w - w_prev|, diff_cap) (the norm: :func:`norm2`)."""
+        c = self.smoothness * norm2(np.asarray(w, dtype=float) - np.asarray(w_prev, dtype=float))
         return c if self.diff_cap is None else min(c, self.diff_cap)
+
+    @property
+    def compiled_steps(self) -> bool:
+        """Whether :meth:`steps` serves this estimator: every mechanism it
+        releases through draws each add's noise on its own and may be drawn
+        from in place of its ``add``
+        (:meth:`~dpreg.interfaces.NoiseMechanism.draws_as_it_adds`: the gaussian
+        plugin, not a subclass that changes ``add``), and the problem runs
+        compiled steps (``Problem.spider_steps_available``: dense rows, its own
+        clipped sums)."""
+        pb = self.problem
+        return (type(self.mechanism).draws_as_it_adds()
+                and (not self.separate or type(self.o1_mechanism).draws_as_it_adds())
+                and getattr(pb, "spider_steps_available", None) is not None and pb.spider_steps_available())
+
+    def steps(self, w: np.ndarray, w_prev: np.ndarray, batches: Sequence[tuple[np.ndarray, Participation]], *,
+              phase: int, step: float, radius: float | None, full1: bool, denom1: float, denom2: float):
+        """``k = len(batches)`` steps of projected descent on the estimate,
+        whole phases of ``phase`` steps from a phase start (the last may be
+        shorter), in one compiled call (``Problem.spider_steps``).  Step i
+        releases the estimate exactly as :meth:`refresh` (i % phase == 0, on
+        batch i) or :meth:`update` would - the same clipped sums,
+        sensitivities, noise draws, charges and arithmetic, hence the same
+        numbers - and moves ``w_prev, w = w, project(w - step * g_i, radius)``
+        (the norm: :func:`norm2`).  ``full1``: every O1 batch is all the
+        records (its rows are then not passed).  ``denom1``/``denom2``: the
+        divisors of the O1 and O2 sums (the public expected batch sizes, as
+        :meth:`refresh` and :meth:`update` take them).  Each phase's noise is drawn
+        and its adds charged (:meth:`~dpreg.interfaces.NoiseMechanism.draw`)
+        before the call, so before any of its releases.  Requires
+        :attr:`compiled_steps`.  Returns ``(w, w_prev, W, gn, sens, clipped,
+        batch)``: the k iterates (k, d), and per step the estimate's norm, the
+        add's sensitivity, the clipped terms and the batch size."""
+        if not self.compiled_steps:
+            raise RuntimeError("SpiderEstimator.steps: the mechanism or the problem has no compiled steps")
+        k = len(batches)
+        q = int(phase)
+        if k < 1:
+            raise ValueError("steps needs at least one batch")
+        pb, d = self.problem, self.problem.d
+        n_o1 = -(-k // q)
+        p1 = batches[0][1]
+        o2 = [batches[i] for i in range(k) if i % q]
+        p2 = o2[0][1] if o2 else None
+        if any(batches[i][1] != p1 for i in range(0, k, q)) or any(p != p2 for _, p in o2):
+            raise ValueError("steps: the O1 batches must share one participation, and the O2 batches another")
+        sizes = np.array([pb.n if (full1 and i % q == 0) else len(batches[i][0]) for i in range(k)], dtype=np.int64)
+        offsets = np.zeros(k + 1, dtype=np.int64)
+        np.cumsum(np.where([full1 and i % q == 0 for i in range(k)], 0, sizes), out=offsets[1:])
+        parts = [batches[i][0] for i in range(k) if not (full1 and i % q == 0)]
+        rows = np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, dtype=np.int64)
+        noise1 = np.empty((n_o1, d))
+        noise2 = np.empty((k - n_o1, d))
+        o1_mech = self.o1_mechanism if self.separate else self.mechanism
+        j = 0
+        for p in range(n_o1):  # per phase: reset, then the adds' draws in add order
+            if self._started:
+                self.mechanism.reset()
+                if self.separate:
+                    self.o1_mechanism.reset()
+            self._started = True
+            m = min(q, k - p * q) - 1
+            noise1[p] = o1_mech.draw(1, p1)[0]
+            if m:
+                noise2[j:j + m] = self.mechanism.draw(m, p2)
+            j += m
+        den1, den2 = float(denom1), float(denom2)
+        sens1 = self.factor * self.clip / den1
+        w, wp, W, gn, sens, ncl = pb.spider_steps(
+            w, w_prev, rows, offsets, full1, noise1, noise2, phase=q, sens1=sens1, scale1=o1_mech.z * float(sens1),
+            z2=self.mechanism.z, factor=self.factor, separate=self.separate, clip=self.clip,
+            smoothness=self.smoothness, diff_cap=self.diff_cap, denom1=den1, denom2=den2, step=step, radius=radius)
+        o1 = sizes[0::q]
+        self.phases += n_o1
+        self.o2_calls += k - n_o1
+        self.gradient_evaluations += int(o1.sum()) + 2 * int(sizes.sum() - o1.sum())
+        self.records += int(sizes.sum())
+        self._adds = k - (n_o1 - 1) * q
+        self.max_phase_steps = max(self.max_phase_steps, min(q, k))
+        return w, wp, W, gn, sens, ncl, sizes
 
     def update(self, w: np.ndarray, w_prev: np.ndarray, idx: np.ndarray, participation: Participation, *,
                denom: float | None = None) -> Release:

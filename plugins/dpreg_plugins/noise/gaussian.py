@@ -23,6 +23,7 @@ class GaussianMechanism(NoiseMechanism):
 
     name = "gaussian"
     summary = "independent Gaussian noise on each increment (prefix noise variance grows as t)"
+    independent_adds = True
 
     def __init__(self, **kw):
         self._rng = np.random.default_rng(kw["seed"])
@@ -40,6 +41,13 @@ class GaussianMechanism(NoiseMechanism):
         noise = self._rng.standard_normal(self.dim) * (self.z * float(sensitivity))
         self._sum += np.asarray(increment, dtype=float) + noise
         return self._sum.copy()
+
+    def draw(self, k: int, participation: Participation) -> np.ndarray:
+        if self.steps + k > self.horizon:
+            raise RuntimeError(f"{self.name}: more than horizon={self.horizon} adds in one phase")
+        charge(self.accountant, gaussian_event(self.z), participation, label=f"{self.name} increment", count=k)
+        self.steps += k
+        return self._rng.standard_normal((int(k), self.dim))
 
     @classmethod
     def record_event(cls, noise_multiplier, horizon, participation_kind, steps):
