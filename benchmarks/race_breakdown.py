@@ -10,6 +10,7 @@ many steps per compiled call, Python only between calls) count as kernels;
 such a run has no stand-in run.
 
     python benchmarks/race_breakdown.py [algo] [--runs K]   # default dp-spider, 10 runs
+    python benchmarks/race_breakdown.py --loop-vs-compiled [--runs K]   # dp-spider: compiled steps vs the loop
 
 Prints, per timed run (calibration memoised after the first, untimed run),
 the run time and its parts in ms, fastest five first; then the minimum and
@@ -90,7 +91,53 @@ def breakdown(algo: str = "dp-spider", runs: int = 10):
     return sorted(rows), bare
 
 
+def loop_vs_compiled(runs: int = 10):
+    """dp-spider's run phase on IJCNN1 (the race's set-up) with its compiled steps
+    (the gaussian plugin) and with its step-at-a-time loop (the same plugin with
+    ``independent_adds`` off, so ``SpiderEstimator.compiled_steps`` is False), the
+    two alternating, ``runs`` timed runs each after an untimed one:
+    ``(compiled seconds sorted, loop seconds sorted)``.  The two give the same
+    numbers for the same seed (tests/test_dp_spider.py)."""
+    import time
+
+    from dpreg.params import bind
+    from dpreg.registry import get_registry
+    from dpreg_plugins.noise.gaussian import GaussianMechanism
+
+    class StepwiseGaussian(GaussianMechanism):
+        independent_adds = False
+
+    pb, _ = race_setup("dp-spider")
+    reg = get_registry()
+    cls = reg.get("algorithm", "dp-spider")
+    params = bind(cls.params, {}, "dp-spider")
+
+    def once(noise):
+        acc = reg.get("accountant", "rdp")(1.0, 1.0 / pb.n, cls.relation_for(params))
+        a = cls(pb, params, noise=noise, accountant=acc, seed=0)
+        t0 = time.perf_counter()
+        a.run()
+        return time.perf_counter() - t0
+
+    once(GaussianMechanism), once(StepwiseGaussian)
+    fused, loop = [], []
+    for _ in range(runs):
+        fused.append(once(GaussianMechanism))
+        loop.append(once(StepwiseGaussian))
+    return sorted(fused), sorted(loop)
+
+
 if __name__ == "__main__":
+    if "--loop-vs-compiled" in sys.argv:  # python benchmarks/race_breakdown.py --loop-vs-compiled [--runs K]
+        runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 10
+        fused, loop = loop_vs_compiled(runs)
+        print(f"dp-spider on IJCNN1, {runs} alternating runs each (ms):")
+        print("| | min | median |")
+        print("|---|---|---|")
+        for name, ts in (("compiled steps", fused), ("step-at-a-time loop", loop)):
+            print(f"| {name} | {ts[0] * 1e3:.1f} | {ts[len(ts) // 2] * 1e3:.1f} |")
+        print(f"| loop / compiled | {loop[0] / fused[0]:.2f}x | {loop[len(loop) // 2] / fused[len(fused) // 2]:.2f}x |")
+        sys.exit(0)
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 10
     algo = next((a for a in args if not a.isdigit()), "dp-spider")

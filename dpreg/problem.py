@@ -7,6 +7,8 @@ tests - non-private, never fed back into a private run.
 """
 from __future__ import annotations
 
+import time
+
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -299,12 +301,12 @@ class Problem:
 
     # ------------------------------------------------------- many dp-spider steps
     def spider_steps_available(self) -> bool:
-        """Whether :meth:`spider_steps` serves this problem: dense rows, the
-        loss's psi gradient compiled (or none), and :meth:`clipped_grad_sum`
+        """Whether :meth:`spider_steps` serves this problem (dense or CSR rows):
+        the loss's psi gradient compiled (or none), and :meth:`clipped_grad_sum`
         and :meth:`clipped_diff_sum` this class's own (a subclass that
         changes either - the audit's faults, a user's instrumentation - runs
         step by step through them)."""
-        return (self._csr is None and type(self).clipped_grad_sum is Problem.clipped_grad_sum
+        return (type(self).clipped_grad_sum is Problem.clipped_grad_sum
                 and type(self).clipped_diff_sum is Problem.clipped_diff_sum and self.loss.psi_kernel() is not None)
 
     def spider_steps(self, w0: np.ndarray, w_prev: np.ndarray, rows: np.ndarray, offsets: np.ndarray, full1: bool,
@@ -323,7 +325,14 @@ class Problem:
         terms are clipped in the kernels as :meth:`clipped_grad_sum` and
         :meth:`clipped_diff_sum` clip them.  Returns ``(w, w_prev, iterates (K,
         d), noisy estimate norms (K,), sensitivities (K,), clipped terms
-        (K,))``.  Requires :meth:`spider_steps_available`."""
+        (K,))``.  Requires :meth:`spider_steps_available`.
+
+        The parallel form runs where a batch's work makes the parallel clipped
+        sum worth running (:func:`dpreg_kernels.config.want_parallel`) and that
+        variant is cheap to have (``Kernel.pick``: compiled, cached, or
+        amortised); where it is wanted but not yet had, the serial form runs and
+        its CPU time counts towards compiling it, as the serial calls of the
+        step-at-a-time loop do."""
         from dpreg_kernels.config import PARALLEL_WORK
         from dpreg_kernels.spider import spider_steps
 
@@ -341,18 +350,25 @@ class Problem:
             raise ValueError(f"noise shapes {noise1.shape}, {noise2.shape}: expected {(n1, d)}, {(K - n1, d)}")
         # the parallel form where a batch's work may want it and the parallel clipped sum is cheap
         # to have (clipped_sum.pick: compiled, cached, or amortised), the threshold looked up once
-        big = max(self.n if full1 else 0, int(np.max(np.diff(offsets))) if K else 0) * d
-        ck = self._k.clipped_sum
-        parallel = _want_parallel(big) and ck.pick(True) is ck.fast(True)
+        sparse = self._csr is not None
+        row_work = float(self._row_nnz) if sparse else float(d)
+        big = max(self.n if full1 else 0, int(np.max(np.diff(offsets))) if K else 0) * row_work
+        ck = spider_steps.kernel(sparse)
+        wanted = _want_parallel(big)
+        parallel = wanted and ck.pick(True) is ck.fast(True)
         par_work = PARALLEL_WORK if parallel else np.iinfo(np.int64).max
-        w = spider_steps.form(parallel)(
-            self.X, self.y, self._nx, np.ascontiguousarray(rows, dtype=np.int64),
-            np.ascontiguousarray(offsets, dtype=np.int64), bool(full1), int(par_work), self._vec(w0), wp, noise1,
+        t0 = time.thread_time()
+        w = spider_steps.form(parallel, sparse)(
+            tuple(self._csr) if sparse else (self.X,), self.y, self._nx, np.ascontiguousarray(rows, dtype=np.int64),
+            np.ascontiguousarray(offsets, dtype=np.int64), bool(full1), row_work, float(par_work), self._vec(w0), wp,
+            noise1,
             noise2, float(sens1), float(scale1), float(z2), float(factor), bool(separate), _inner(clip),
             1.0 - CLIP_MARGIN, float(smoothness),
             float(diff_cap) if diff_cap is not None else np.inf, float(denom1), float(denom2), float(step),
             float(radius) if radius is not None else 0.0, int(phase), self._psi_ref, self._psi_params,
             self._refs[1], self._dphi_block, W, gn, sens, ncl)
+        if wanted and not parallel:  # serial where parallel was wanted: counts towards compiling it (Kernel.pick)
+            ck.serial_large_s += time.thread_time() - t0
         return w, wp, W, gn, sens, ncl
 
     def initial_point(self, rng: np.random.Generator) -> np.ndarray:

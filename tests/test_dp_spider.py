@@ -328,6 +328,26 @@ def test_compiled_steps_equal_step_at_a_time(params):
         assert a.info["clipped_terms"] > 0
 
 
+@pytest.mark.parametrize("params", [{}, {"batch1": 500, "clip": 0.05}])
+def test_compiled_steps_equal_step_at_a_time_on_csr_rows(params):
+    """CSR rows (the sparse kernels' clipped sums linked in): the same numbers as the
+    step-at-a-time loop, bit for bit."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(5)
+    n, d = 2500, 40
+    X = sp.random(n, d, density=0.1, format="csr", random_state=rng)
+    X = sp.diags(1.0 / np.maximum(1.0, np.sqrt(X.multiply(X).sum(axis=1).A.ravel()))) @ X
+    y = np.where(X @ rng.standard_normal(d) > 0, 1.0, -1.0)
+    pb = Problem(Logistic(), sp.csr_matrix(X), y)
+    assert pb._csr is not None
+    (a, acc_a), (b, acc_b), calls = _run_both(pb, {"steps": 30, "phase": 5, **params})
+    assert sum(calls) == 30
+    assert np.array_equal(a.w, b.w) and all(a.trajectory[k] == b.trajectory[k] for k in a.trajectory)
+    assert a.info["clipped_terms"] == b.info["clipped_terms"] and acc_a.epsilon_spent == acc_b.epsilon_spent
+    assert not np.array_equal(a.w, np.zeros(d))
+
+
 def test_compiled_steps_equal_step_at_a_time_with_psi():
     """A loss with a data-independent term (its psi gradient compiled for the steps,
     numpy's in the step loop): the same numbers to rounding."""
@@ -362,7 +382,8 @@ def test_compiled_steps_parallel_form_equals_serial_form():
         W, gn, sens, ncl = np.empty((K, d)), np.empty(K), np.empty(K), np.empty(K, dtype=np.int64)
         wp = np.zeros(d)
         w = spider_steps.form(parallel)(
-            pb.X, pb.y, pb._nx, rows, offsets, True, PARALLEL_WORK if parallel else 2 ** 62, np.zeros(d), wp,
+            (pb.X,), pb.y, pb._nx, rows, offsets, True, float(d), float(PARALLEL_WORK if parallel else 2 ** 62),
+            np.zeros(d), wp,
             noise1, noise2, 0.001, 0.002, 0.5, 2.0, True, _inner(1.0), 1.0 - 1e-12, 0.25, 2.0, float(pb.n), 3000.0,
             2.0, 0.0, q, pb._psi_ref, pb._psi_params, pb._refs[1], pb._dphi_block, W, gn, sens, ncl)
         res.append((w, wp, W, gn, sens, ncl))
@@ -372,10 +393,10 @@ def test_compiled_steps_parallel_form_equals_serial_form():
 
 
 def test_compiled_steps_only_where_they_are_the_same_algorithm():
-    """The compiled steps serve the gaussian plugin on a dense problem with its own
-    clipped sums; tree noise, a mechanism whose add a subclass changes (the audit's
-    faults and recorders), a problem whose clipped sums a subclass changes, and
-    sparse rows run a step at a time."""
+    """The compiled steps serve the gaussian plugin on a problem with its own clipped
+    sums, dense or CSR; tree noise, a mechanism whose add a subclass changes (the
+    audit's faults and recorders) and a problem whose clipped sums a subclass
+    changes run a step at a time."""
     import scipy.sparse as sp
 
     pb = logistic_problem(n=500)
@@ -397,7 +418,7 @@ def test_compiled_steps_only_where_they_are_the_same_algorithm():
     assert not est(TreeMechanism).compiled_steps
     assert not est(Instrumented).compiled_steps and not est(StepwiseGaussian).compiled_steps
     assert not est(GaussianMechanism, Counting(Logistic(), pb.X, pb.y)).compiled_steps
-    assert not est(GaussianMechanism, Problem(Logistic(), sp.csr_matrix(pb.X), pb.y)).compiled_steps
+    assert est(GaussianMechanism, Problem(Logistic(), sp.csr_matrix(pb.X), pb.y)).compiled_steps
     with pytest.raises(RuntimeError):
         est(TreeMechanism).steps(np.zeros(pb.d), np.zeros(pb.d), [(np.arange(pb.n), Participation.all())], phase=4,
                                  step=1.0, radius=None, full1=True, denom1=500.0, denom2=50.0)
@@ -422,3 +443,24 @@ def test_gaussian_draw_charges_and_matches_add():
     assert not TreeMechanism.independent_adds and GaussianMechanism.draws_as_it_adds()
     with pytest.raises(NotImplementedError):
         TreeMechanism(dim=4, noise_multiplier=2.0, horizon=4, accountant=rec, seed=0).draw(1, p)
+
+
+def test_compiled_steps_count_serial_time_towards_the_parallel_variant(monkeypatch):
+    """Where the parallel clipped sum is wanted but not yet cheap to have, the serial
+    form runs and its CPU time counts towards compiling the parallel variant
+    (Kernel.pick's rule), as the step-at-a-time loop's serial calls do."""
+    import dpreg.problem as problem_mod
+
+    pb = logistic_problem(n=3000)
+    ck = pb._k.clipped_sum
+    forms = []
+    from dpreg_kernels.spider import spider_steps
+
+    real_form = spider_steps.form
+    monkeypatch.setattr(problem_mod, "_want_parallel", lambda work: True)
+    monkeypatch.setattr(type(ck), "pick", lambda self, want: self._timed_serial)  # parallel variant "not had"
+    monkeypatch.setattr(spider_steps, "form", lambda parallel, sparse=False: (forms.append(parallel),
+                                                                           real_form(parallel, sparse))[1])
+    before = ck.serial_large_s
+    run_spider(pb, "gaussian", steps=20, phase=5)
+    assert forms and not any(forms) and ck.serial_large_s > before

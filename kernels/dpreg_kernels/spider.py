@@ -1,4 +1,4 @@
-"""Many DP-SPIDER steps in one compiled call (dense rows, the gaussian plugin).
+"""Many DP-SPIDER steps in one compiled call (dense or CSR rows, the gaussian plugin).
 
 A dp-spider step is one clipped-sum kernel call (O1 on the phase's first step,
 O2 on the others), a noise vector added to the running estimate, an update and
@@ -34,12 +34,15 @@ Step ``t`` of the call, in phase ``p = t // q`` (the call starts at a phase):
 sensitivity, ``ncl[t]`` the clipped terms.  Norms are :func:`norm2`'s (a
 sequential sum of squares), which the step-at-a-time loop uses too.
 
-The clipped sums are the compiled variants of
-:data:`dpreg_kernels.linear_model.clipped_sum` themselves, linked in: the
+The rows are ``A``: ``(X,)`` (dense) or ``(data, indices, indptr)`` (CSR).  The
+clipped sums are the compiled variants of
+:data:`dpreg_kernels.linear_model.clipped_sum` (or of the CSR
+:data:`dpreg_kernels.sparse.clipped_sum`) themselves, linked in: the
 ``serial`` form calls the serial variant only; the ``parallel`` form calls the
-parallel variant for a batch of at least ``par_work`` elements (rows x d) and
-the serial one below (the caller passes the threshold of
-:func:`dpreg_kernels.config.want_parallel`, looked up once per call).
+parallel variant for a batch whose work (rows x ``row_work``: d, or the mean
+non-zeros per row) reaches ``par_work`` and the serial one below (the caller
+passes the threshold of :func:`dpreg_kernels.config.want_parallel`, looked up
+once per call).
 """
 from __future__ import annotations
 
@@ -74,15 +77,15 @@ def _norm(v):
     return np.sqrt(s)
 
 
-def _spider_steps(X, y, nx, rows, offsets, full1, par_work, w0, wp0, noise1, noise2, sens1, scale1, z2, factor,
+def _spider_steps(A, y, nx, rows, offsets, full1, row_work, par_work, w0, wp0, noise1, noise2, sens1, scale1, z2, factor,
                   separate, clip, keep, M, cap, den1, den2, step, radius, q, psi, pp, dphi, blk, W, gn, sens, ncl):
     """``K = len(offsets) - 1`` dp-spider steps from ``w0`` (previous iterate
     ``wp0``), whole phases of ``q`` steps from a phase start (the last may be
     shorter); see the module docstring.  Returns the last iterate and writes
     the one before it into ``wp0``."""
     K = offsets.shape[0] - 1
-    n = X.shape[0]
-    d = X.shape[1]
+    n = y.shape[0]
+    d = w0.shape[0]
     w = np.empty(d)
     wp = np.empty(d)
     r = np.empty(d)
@@ -108,10 +111,10 @@ def _spider_steps(X, y, nx, rows, offsets, full1, par_work, w0, wp0, noise1, noi
             psi(w, pp, r)
             if b > 0:
                 ix = none if full1 else rows[lo:hi]
-                if b * d >= par_work:
-                    s, k = _cs_par(X, y, nx, ix, full1, w, w, o1, r, r, dphi, blk, clip)
+                if b * row_work >= par_work:
+                    s, k = _cs_par(*A, y, nx, ix, full1, w, w, o1, r, r, dphi, blk, clip)
                 else:
-                    s, k = _cs_ser(X, y, nx, ix, full1, w, w, o1, r, r, dphi, blk, clip)
+                    s, k = _cs_ser(*A, y, nx, ix, full1, w, w, o1, r, r, dphi, blk, clip)
             else:
                 s = tot * 0.0
                 k = 0
@@ -137,10 +140,10 @@ def _spider_steps(X, y, nx, rows, offsets, full1, par_work, w0, wp0, noise1, noi
                 psi(w, pp, r)
                 psi(wp, pp, rp)
                 ci = c * keep if c < np.inf else c  # the kernel's clip, as Problem.clipped_diff_sum passes it
-                if b * d >= par_work:
-                    s, k = _cs_par(X, y, nx, rows[lo:hi], o1, w, wp, o2, r, rp, dphi, blk, ci)
+                if b * row_work >= par_work:
+                    s, k = _cs_par(*A, y, nx, rows[lo:hi], o1, w, wp, o2, r, rp, dphi, blk, ci)
                 else:
-                    s, k = _cs_ser(X, y, nx, rows[lo:hi], o1, w, wp, o2, r, rp, dphi, blk, ci)
+                    s, k = _cs_ser(*A, y, nx, rows[lo:hi], o1, w, wp, o2, r, rp, dphi, blk, ci)
             else:
                 s = tot * 0.0
                 k = 0
@@ -175,45 +178,57 @@ _norm_i = njit(cache=CACHE, no_cpython_wrapper=True, no_cfunc_wrapper=True)(_nor
 
 
 
-def _signature():
+def _signature(sparse: bool):
     from .sgd import PsiFn  # imported when a form is first made (the sgd module compiles no_psi on import)
 
-    return Vec(Mat, Vec, Vec, Idx, Idx, B, i8, Vec, Vec, Mat2, Mat2, f8, f8, f8, f8, B, f8, f8, f8, f8, f8, f8, f8,
-               f8, i8, PsiFn, Vec, ScalarFn, BlockFn, Mat2, Vec, Vec, Idx)
+    rows = types.Tuple((Vec, Idx, Idx)) if sparse else types.Tuple((Mat,))
+    return Vec(rows, Vec, Vec, Idx, Idx, B, f8, f8, Vec, Vec, Mat2, Mat2, f8, f8, f8, f8, B, f8, f8, f8, f8, f8, f8,
+               f8, f8, i8, PsiFn, Vec, ScalarFn, BlockFn, Mat2, Vec, Vec, Idx)
 
 
 class SpiderSteps:
-    """The two compiled forms of :func:`_spider_steps` (``serial`` and
-    ``parallel``, module docstring), each compiled - or loaded from numba's
-    cache - on first use, from a copy of the function whose globals bind the
-    clipped sums it calls (the parallel form links the parallel variant,
-    which must therefore exist: callers use it only where
+    """The compiled forms of :func:`_spider_steps`: for dense rows (``A =
+    (X,)``, the clipped sums of :mod:`dpreg_kernels.linear_model`) or CSR rows
+    (``A = (data, indices, indptr)``, :mod:`dpreg_kernels.sparse`), each
+    ``serial`` or ``parallel`` (module docstring); each compiled - or loaded
+    from numba's cache - on first use, from a copy of the function whose
+    globals bind the clipped sums it calls (the parallel form links the
+    parallel variant, which must therefore exist: callers use it only where
     ``clipped_sum.pick(True)`` gives the parallel variant)."""
 
     def __init__(self):
         self._fast = {}
 
-    def form(self, parallel: bool):
+    def form(self, parallel: bool, sparse: bool = False):
         """The compiled entry point of one form (compiled or loaded now if needed)."""
-        f = self._fast.get(parallel)
+        key = (bool(sparse), bool(parallel))
+        f = self._fast.get(key)
         if f is None:
-            cs = linear_model.clipped_sum
+            from . import sparse as sparse_kernels
+
+            cs = sparse_kernels.clipped_sum if sparse else linear_model.clipped_sum
             g = dict(_spider_steps.__globals__)
             g["_cs_ser"] = cs.serial
             g["_cs_par"] = cs.parallel if parallel else cs.serial
-            name = "_spider_steps__" + ("parallel" if parallel else "serial")
+            name = "_spider_steps__" + ("csr_" if sparse else "") + ("parallel" if parallel else "serial")
             clone = pytypes.FunctionType(_spider_steps.__code__, g, name)
             clone.__qualname__ = name
             clone.__module__ = _spider_steps.__module__
             clone.__doc__ = _spider_steps.__doc__
-            disp = njit(_signature(), cache=CACHE, nogil=True)(clone)
+            disp = njit(_signature(sparse), cache=CACHE, nogil=True)(clone)
             try:
                 (cres,) = disp.overloads.values()
                 f = cres.entry_point
             except (AttributeError, ValueError):
                 f = disp
-            self._fast[parallel] = f
+            self._fast[key] = f
         return f
+
+    def kernel(self, sparse: bool):
+        """The clipped-sum :class:`~dpreg_kernels.linear_model.Kernel` the forms for these rows call."""
+        from . import sparse as sparse_kernels
+
+        return sparse_kernels.clipped_sum if sparse else linear_model.clipped_sum
 
 
 spider_steps = SpiderSteps()
