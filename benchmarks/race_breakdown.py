@@ -10,7 +10,7 @@ many steps per compiled call, Python only between calls) count as kernels;
 such a run has no stand-in run.
 
     python benchmarks/race_breakdown.py [algo] [--runs K]   # default dp-spider, 10 runs
-    python benchmarks/race_breakdown.py --loop-vs-compiled [--runs K]   # dp-spider: compiled steps vs the loop
+    python benchmarks/race_breakdown.py --loop-vs-compiled [--runs K] [--data adult]   # dp-spider: compiled vs loop
 
 Prints, per timed run (calibration memoised after the first, untimed run),
 the run time and its parts in ms, fastest five first; then the minimum and
@@ -91,8 +91,10 @@ def breakdown(algo: str = "dp-spider", runs: int = 10):
     return sorted(rows), bare
 
 
-def loop_vs_compiled(runs: int = 10):
-    """dp-spider's run phase on IJCNN1 (the race's set-up) with its compiled steps
+def loop_vs_compiled(runs: int = 10, data: str | None = None):
+    """dp-spider's run phase on IJCNN1 (the race's set-up; ``data``: another data
+    set by name or path, e.g. the built-in ``adult``, prepared as a run prepares
+    it: CSR when sparse enough) with its compiled steps
     (the gaussian plugin) and with its step-at-a-time loop (the same plugin with
     ``independent_adds`` off, so ``SpiderEstimator.compiled_steps`` is False), the
     two alternating, ``runs`` timed runs each after an untimed one:
@@ -107,7 +109,13 @@ def loop_vs_compiled(runs: int = 10):
     class StepwiseGaussian(GaussianMechanism):
         independent_adds = False
 
-    pb, _ = race_setup("dp-spider")
+    if data is None:
+        pb, _ = race_setup("dp-spider")
+    else:
+        from dpreg.pipeline import load_prepared
+
+        X, y, _, _ = load_prepared(data, seed=0, labels="binary")
+        pb, _ = race_setup("dp-spider", X, y)
     reg = get_registry()
     cls = reg.get("algorithm", "dp-spider")
     params = bind(cls.params, {}, "dp-spider")
@@ -130,8 +138,9 @@ def loop_vs_compiled(runs: int = 10):
 if __name__ == "__main__":
     if "--loop-vs-compiled" in sys.argv:  # python benchmarks/race_breakdown.py --loop-vs-compiled [--runs K]
         runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 10
-        fused, loop = loop_vs_compiled(runs)
-        print(f"dp-spider on IJCNN1, {runs} alternating runs each (ms):")
+        data = sys.argv[sys.argv.index("--data") + 1] if "--data" in sys.argv else None
+        fused, loop = loop_vs_compiled(runs, data)
+        print(f"dp-spider on {data or 'IJCNN1'}, {runs} alternating runs each (ms):")
         print("| | min | median |")
         print("|---|---|---|")
         for name, ts in (("compiled steps", fused), ("step-at-a-time loop", loop)):
