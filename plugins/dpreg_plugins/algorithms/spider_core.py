@@ -11,7 +11,11 @@ stable API:
   ``clip`` (sensitivity ``factor*clip/denom``), O2 per-record differences
   clipped to ``min(M |x_t - x_{t-1}|, diff_cap)`` (sensitivity
   ``factor*that/denom``), ``factor`` = the accountant's relation factor.
+  :meth:`SpiderEstimator.steps` runs whole phases in one compiled call
+  (the gaussian plugin; the same numbers as ``refresh``/``update``).
 * :class:`Release` - what one step released (noisy estimate and diagnostics).
+* :func:`norm2`, :func:`project2` - the sequential norm and the projection
+  both loops use.
 * :func:`planned_event` - the worst-case record's whole exposure for a planned
   sequence of adds, found by dry-running the mechanism class itself against a
   recording accountant (so calibration charges exactly what the run will
@@ -36,6 +40,9 @@ import numpy as np
 from dpreg.accounting import composed, self_composed
 from dpreg.interfaces import NoiseMechanism, Participation
 
+__all__ = ["Release", "SpiderEstimator", "RecordingAccountant", "PrepaidAccountant", "planned_event", "prepay",
+           "calibrate_noise", "norm2", "project2"]
+
 
 def norm2(v: np.ndarray) -> float:
     """The Euclidean norm of ``v``, summed in index order: the norm of the
@@ -52,9 +59,6 @@ def project2(w: np.ndarray, radius: float | None) -> np.ndarray:
         return w
     nrm = norm2(w)
     return w if nrm <= radius else w * (radius / nrm)
-
-__all__ = ["Release", "SpiderEstimator", "norm2", "project2", "RecordingAccountant", "PrepaidAccountant", "planned_event", "prepay",
-           "calibrate_noise"]
 
 
 # ------------------------------------------------------------------ estimator
@@ -179,8 +183,8 @@ class SpiderEstimator:
         from in place of its ``add``
         (:meth:`~dpreg.interfaces.NoiseMechanism.draws_as_it_adds`: the gaussian
         plugin, not a subclass that changes ``add``), and the problem runs
-        compiled steps (``Problem.spider_steps_available``: dense rows, its own
-        clipped sums)."""
+        compiled steps (``Problem.spider_steps_available``: dense or CSR rows,
+        its own clipped sums)."""
         pb = self.problem
         return (type(self.mechanism).draws_as_it_adds()
                 and (not self.separate or type(self.o1_mechanism).draws_as_it_adds())
