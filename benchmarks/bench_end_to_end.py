@@ -279,7 +279,8 @@ def race_setup(algo: str, X=None, y=None):
     (or the rows ``X, y``), logistic loss; ``run_once()`` runs it at its defaults
     (epsilon 1, delta 1/n, RDP accountant, gaussian noise where it uses one,
     research seed 0) with a fresh accountant and returns ``(seconds of
-    Algorithm.run, its output, the accountant)``."""
+    Algorithm.run, its output, the accountant)``; ``run_once(noise_cls)`` runs it
+    with that noise mechanism class instead."""
     import time
 
     from dpreg.params import bind
@@ -294,9 +295,10 @@ def race_setup(algo: str, X=None, y=None):
     cls = reg.get("algorithm", algo)
     params = bind(cls.params, {}, algo)
 
-    def run_once():
+    def run_once(noise=None):
         acc = reg.get("accountant", "rdp")(1.0, 1.0 / pb.n, cls.relation_for(params))
-        noise = reg.get("noise", "gaussian") if cls.uses_noise else None
+        if noise is None and cls.uses_noise:
+            noise = reg.get("noise", "gaussian")
         a = cls(pb, params, noise=noise, accountant=acc, seed=0)
         t0 = time.perf_counter()
         out = a.run()

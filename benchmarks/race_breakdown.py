@@ -94,38 +94,27 @@ def breakdown(algo: str = "dp-spider", runs: int = 10):
 def loop_vs_compiled(runs: int = 10, data: str | None = None):
     """dp-spider's run phase on IJCNN1 (the race's set-up; ``data``: another data
     set by name or path, e.g. the built-in ``adult``, prepared as a run prepares
-    it: CSR when sparse enough) with its compiled steps
+    it) with its compiled steps
     (the gaussian plugin) and with its step-at-a-time loop (the same plugin with
     ``independent_adds`` off, so ``SpiderEstimator.compiled_steps`` is False), the
     two alternating, ``runs`` timed runs each after an untimed one:
     ``(compiled seconds sorted, loop seconds sorted)``.  The two give the same
     numbers for the same seed (tests/test_dp_spider.py)."""
-    import time
-
-    from dpreg.params import bind
-    from dpreg.registry import get_registry
     from dpreg_plugins.noise.gaussian import GaussianMechanism
 
     class StepwiseGaussian(GaussianMechanism):
         independent_adds = False
 
     if data is None:
-        pb, _ = race_setup("dp-spider")
+        _, run_once = race_setup("dp-spider")
     else:
         from dpreg.pipeline import load_prepared
 
         X, y, _, _ = load_prepared(data, seed=0, labels="binary")
-        pb, _ = race_setup("dp-spider", X, y)
-    reg = get_registry()
-    cls = reg.get("algorithm", "dp-spider")
-    params = bind(cls.params, {}, "dp-spider")
+        _, run_once = race_setup("dp-spider", X, y)
 
     def once(noise):
-        acc = reg.get("accountant", "rdp")(1.0, 1.0 / pb.n, cls.relation_for(params))
-        a = cls(pb, params, noise=noise, accountant=acc, seed=0)
-        t0 = time.perf_counter()
-        a.run()
-        return time.perf_counter() - t0
+        return run_once(noise)[0]
 
     once(GaussianMechanism), once(StepwiseGaussian)
     fused, loop = [], []
@@ -136,7 +125,7 @@ def loop_vs_compiled(runs: int = 10, data: str | None = None):
 
 
 if __name__ == "__main__":
-    if "--loop-vs-compiled" in sys.argv:  # python benchmarks/race_breakdown.py --loop-vs-compiled [--runs K]
+    if "--loop-vs-compiled" in sys.argv:
         runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 10
         data = sys.argv[sys.argv.index("--data") + 1] if "--data" in sys.argv else None
         fused, loop = loop_vs_compiled(runs, data)

@@ -8,7 +8,6 @@ tests - non-private, never fed back into a private run.
 from __future__ import annotations
 
 import time
-
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -26,11 +25,13 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 CLIP_MARGIN = 1e-12
 
 
-def project(w: np.ndarray, radius: float | None) -> np.ndarray:
-    """Euclidean projection onto the ball of ``radius`` (identity for None)."""
+def project(w: np.ndarray, radius: float | None, norm=np.linalg.norm) -> np.ndarray:
+    """Euclidean projection onto the ball of ``radius`` (identity for None);
+    ``norm``: the norm function (a caller that must reproduce a compiled
+    loop's arithmetic passes that loop's norm)."""
     if radius is None:
         return w
-    nrm = float(np.linalg.norm(w))
+    nrm = float(norm(w))
     return w if nrm <= radius else w * (radius / nrm)
 
 
@@ -311,8 +312,7 @@ class Problem:
 
     def spider_steps(self, w0: np.ndarray, w_prev: np.ndarray, rows: np.ndarray, offsets: np.ndarray, full1: bool,
                      noise1: np.ndarray, noise2: np.ndarray, *, phase: int, sens1: float, scale1: float, z2: float,
-                     factor: float,
-                     separate: bool, clip: float, smoothness: float, diff_cap: float | None, denom1: float,
+                     factor: float, separate: bool, clip: float, smoothness: float, diff_cap: float | None, denom1: float,
                      denom2: float, step: float, radius: float | None):
         """``K = len(offsets) - 1`` dp-spider steps - whole phases of ``phase``
         steps, from a phase start - in one compiled call
@@ -349,22 +349,20 @@ class Problem:
         if noise1.shape != (n1, d) or noise2.shape != (K - n1, d):
             raise ValueError(f"noise shapes {noise1.shape}, {noise2.shape}: expected {(n1, d)}, {(K - n1, d)}")
         # the parallel form where a batch's work may want it and the parallel clipped sum is cheap
-        # to have (clipped_sum.pick: compiled, cached, or amortised), the threshold looked up once
+        # to have (Kernel.parallel_ready), the threshold looked up once
         sparse = self._csr is not None
         row_work = float(self._row_nnz) if sparse else float(d)
         big = max(self.n if full1 else 0, int(np.max(np.diff(offsets))) if K else 0) * row_work
         ck = spider_steps.kernel(sparse)
         wanted = _want_parallel(big)
-        parallel = wanted and ck.pick(True) is ck.fast(True)
+        parallel = wanted and ck.parallel_ready()
         par_work = PARALLEL_WORK if parallel else np.iinfo(np.int64).max
         t0 = time.thread_time()
         w = spider_steps.form(parallel, sparse)(
             tuple(self._csr) if sparse else (self.X,), self.y, self._nx, np.ascontiguousarray(rows, dtype=np.int64),
             np.ascontiguousarray(offsets, dtype=np.int64), bool(full1), row_work, float(par_work), self._vec(w0), wp,
-            noise1,
-            noise2, float(sens1), float(scale1), float(z2), float(factor), bool(separate), _inner(clip),
-            1.0 - CLIP_MARGIN, float(smoothness),
-            float(diff_cap) if diff_cap is not None else np.inf, float(denom1), float(denom2), float(step),
+            noise1, noise2, float(sens1), float(scale1), float(z2), float(factor), bool(separate), _inner(clip),
+            1.0 - CLIP_MARGIN, float(smoothness), float(diff_cap) if diff_cap is not None else np.inf, float(denom1), float(denom2), float(step),
             float(radius) if radius is not None else 0.0, int(phase), self._psi_ref, self._psi_params,
             self._refs[1], self._dphi_block, W, gn, sens, ncl)
         if wanted and not parallel:  # serial where parallel was wanted: counts towards compiling it (Kernel.pick)

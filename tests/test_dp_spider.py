@@ -458,7 +458,7 @@ def test_compiled_steps_count_serial_time_towards_the_parallel_variant(monkeypat
 
     real_form = spider_steps.form
     monkeypatch.setattr(problem_mod, "_want_parallel", lambda work: True)
-    monkeypatch.setattr(type(ck), "pick", lambda self, want: self._timed_serial)  # parallel variant "not had"
+    monkeypatch.setattr(type(ck), "parallel_ready", lambda self: False)  # parallel variant "not had"
     monkeypatch.setattr(spider_steps, "form", lambda parallel, sparse=False: (forms.append(parallel),
                                                                            real_form(parallel, sparse))[1])
     before = ck.serial_large_s

@@ -203,14 +203,22 @@ def jit_serial(signature):
     load each other's machine code from the cache."""
 
     def deco(func):
-        clone = types.FunctionType(func.__code__, func.__globals__, func.__name__ + "__serial",
-                                   func.__defaults__, func.__closure__)
-        clone.__qualname__ = func.__qualname__ + "__serial"
-        clone.__module__ = func.__module__
-        clone.__doc__ = func.__doc__
-        return njit(signature, parallel=False, fastmath=_FM, cache=CACHE, nogil=True)(clone)
+        return njit(signature, parallel=False, fastmath=_FM, cache=CACHE, nogil=True)(renamed(func, "__serial"))
 
     return deco
+
+
+def renamed(func, suffix: str, globals_: dict | None = None):
+    """A copy of ``func`` named ``<name><suffix>`` (its qualified name too, so
+    numba's on-disk cache keeps it apart from ``func``), with ``globals_`` as
+    its globals when given (a compiled function that links other compiled
+    functions through module globals binds them there)."""
+    clone = types.FunctionType(func.__code__, func.__globals__ if globals_ is None else globals_,
+                               func.__name__ + suffix, func.__defaults__, func.__closure__)
+    clone.__qualname__ = func.__qualname__ + suffix
+    clone.__module__ = func.__module__
+    clone.__doc__ = func.__doc__
+    return clone
 
 
 def jit_scalar(signature):

@@ -700,14 +700,19 @@ class Kernel:
         the dispatcher itself if numba's internals do not expose it."""
         f = self._fast.get(parallel)
         if f is None:
-            disp = self.variant(parallel)
-            try:
-                (cres,) = disp.overloads.values()
-                f = cres.entry_point
-            except (AttributeError, ValueError):
-                f = disp
-            self._fast[parallel] = f
+            f = self._fast[parallel] = entry_point(self.variant(parallel))
         return f
+
+    def parallel_ready(self) -> bool:
+        """Whether the parallel variant is cheap to have: compiled in this
+        process, in numba's on-disk cache (probed once), or its serial calls
+        made in its place (``serial_large_s``) have taken
+        :data:`config.PARALLEL_AMORTIZE_S` CPU seconds - the rule of :meth:`pick`."""
+        if True in self._disp:
+            return True
+        if self._par_cached is None:
+            self._par_cached = config.parallel_variant_cached(self.py_func, self.signature)
+        return bool(self._par_cached) or self.serial_large_s >= config.PARALLEL_AMORTIZE_S
 
     def pick(self, want_parallel: bool):
         """The entry point (as :meth:`fast`) for a call whose work does
@@ -722,9 +727,7 @@ class Kernel:
         f = self._fast.get(True)
         if f is not None:
             return f
-        if self._par_cached is None and True not in self._disp:
-            self._par_cached = config.parallel_variant_cached(self.py_func, self.signature)
-        if True in self._disp or self._par_cached or self.serial_large_s >= config.PARALLEL_AMORTIZE_S:
+        if self.parallel_ready():
             return self.fast(True)
         return self._timed_serial
 
@@ -742,6 +745,17 @@ class Kernel:
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self.variant(True), name)
+
+
+def entry_point(disp):
+    """The compiled entry point of a dispatcher compiled for one signature
+    (calling it skips numba's per-call argument typing: see :class:`Kernel`);
+    the dispatcher itself if numba's internals do not expose it."""
+    try:
+        (cres,) = disp.overloads.values()
+        return cres.entry_point
+    except (AttributeError, ValueError):
+        return disp
 
 
 def scalar_ref(dispatcher):

@@ -47,14 +47,12 @@ once per call).
 """
 from __future__ import annotations
 
-import types as pytypes
-
 import numpy as np
 from numba import types
 
 from . import linear_model
-from .config import CACHE, njit
-from .linear_model import BlockFn, Idx, Mat, ScalarFn, Vec, f8, i8
+from .config import CACHE, njit, renamed
+from .linear_model import BlockFn, Idx, Mat, ScalarFn, Vec, entry_point, f8, i8
 
 Mat2 = types.Array(f8, 2, "C")
 B = types.boolean
@@ -65,13 +63,6 @@ def norm2(v):
     """``sqrt(sum_j v_j^2)``, summed in index order (no fast-math): the norm
     the compiled steps and dp-spider's step-at-a-time loop both use, so both
     give the same numbers."""
-    s = 0.0
-    for j in range(v.shape[0]):
-        s += v[j] * v[j]
-    return np.sqrt(s)
-
-
-def _norm(v):
     s = 0.0
     for j in range(v.shape[0]):
         s += v[j] * v[j]
@@ -95,11 +86,13 @@ def _spider_steps(A, y, nx, rows, offsets, full1, row_work, par_work, w0, wp0, n
     base = np.empty(d)
     g = np.empty(d)
     dv = np.empty(d)
+    zero = np.empty(d)
     for j in range(d):
         w[j] = w0[j]
         wp[j] = wp0[j]
         tot[j] = 0.0
         base[j] = 0.0
+        zero[j] = 0.0
     none = rows[:0]
     o1 = K < 0  # False, as a variable (the kernels are compiled for a bool, not a literal)
     o2 = K >= 0  # True
@@ -117,7 +110,7 @@ def _spider_steps(A, y, nx, rows, offsets, full1, row_work, par_work, w0, wp0, n
                 else:
                     s, k = _cs_ser(*A, y, nx, ix, full1, w, w, o1, r, r, dphi, blk, clip)
             else:
-                s = tot * 0.0
+                s = zero
                 k = 0
             p = t // q
             for j in range(d):
@@ -133,7 +126,7 @@ def _spider_steps(A, y, nx, rows, offsets, full1, row_work, par_work, w0, wp0, n
         else:  # O2: the clipped difference between the last two iterates
             for j in range(d):
                 dv[j] = w[j] - wp[j]
-            c = M * _norm_i(dv)
+            c = M * norm2(dv)
             if cap < c:
                 c = cap
             b = hi - lo
@@ -146,7 +139,7 @@ def _spider_steps(A, y, nx, rows, offsets, full1, row_work, par_work, w0, wp0, n
                 else:
                     s, k = _cs_ser(*A, y, nx, rows[lo:hi], o1, w, wp, o2, r, rp, dphi, blk, ci)
             else:
-                s = tot * 0.0
+                s = zero
                 k = 0
             sn = factor * c / den2
             zs = z2 * sn
@@ -156,12 +149,12 @@ def _spider_steps(A, y, nx, rows, offsets, full1, row_work, par_work, w0, wp0, n
             i2 += 1
             sens[t] = sn
         ncl[t] = k
-        gn[t] = _norm_i(g)
+        gn[t] = norm2(g)
         for j in range(d):
             wp[j] = w[j]
             w[j] = w[j] - step * g[j]
         if radius > 0.0:
-            nrm = _norm_i(w)
+            nrm = norm2(w)
             if not nrm <= radius:
                 f = radius / nrm
                 for j in range(d):
@@ -175,8 +168,6 @@ def _spider_steps(A, y, nx, rows, offsets, full1, row_work, par_work, w0, wp0, n
 
 #: the clipped sums a form calls: bound in each form's own copy of the globals (SpiderSteps.form)
 _cs_ser = _cs_par = None
-_norm_i = njit(cache=CACHE, no_cpython_wrapper=True, no_cfunc_wrapper=True)(_norm)
-
 
 
 def _signature(sparse: bool):
@@ -205,27 +196,16 @@ class SpiderSteps:
         key = (bool(sparse), bool(parallel))
         f = self._fast.get(key)
         if f is None:
-            from . import sparse as sparse_kernels
-
-            cs = sparse_kernels.clipped_sum if sparse else linear_model.clipped_sum
+            cs = self.kernel(sparse)
             g = dict(_spider_steps.__globals__)
             g["_cs_ser"] = cs.serial
             g["_cs_par"] = cs.parallel if parallel else cs.serial
-            name = "_spider_steps__" + ("csr_" if sparse else "") + ("parallel" if parallel else "serial")
-            clone = pytypes.FunctionType(_spider_steps.__code__, g, name)
-            clone.__qualname__ = name
-            clone.__module__ = _spider_steps.__module__
-            clone.__doc__ = _spider_steps.__doc__
-            disp = njit(_signature(sparse), cache=CACHE, nogil=True)(clone)
-            try:
-                (cres,) = disp.overloads.values()
-                f = cres.entry_point
-            except (AttributeError, ValueError):
-                f = disp
-            self._fast[key] = f
+            clone = renamed(_spider_steps, "__" + ("csr_" if sparse else "") + ("parallel" if parallel else "serial"), g)
+            f = self._fast[key] = entry_point(njit(_signature(sparse), cache=CACHE, nogil=True)(clone))
         return f
 
-    def kernel(self, sparse: bool):
+    @staticmethod
+    def kernel(sparse: bool):
         """The clipped-sum :class:`~dpreg_kernels.linear_model.Kernel` the forms for these rows call."""
         from . import sparse as sparse_kernels
 

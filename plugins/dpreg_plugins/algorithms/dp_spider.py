@@ -33,7 +33,7 @@ z is calibrated before the run so that the worst-case record's planned
 exposure (every add of every phase, dry-run through the noise class itself)
 spends the budget.
 
-With the gaussian plugin on dense rows the run goes whole phases per compiled
+With the gaussian plugin (dense or CSR rows) the run goes whole phases per compiled
 call (:meth:`SpiderEstimator.steps`, ``dpreg_kernels.spider``: each phase's
 batches and noise drawn, and its adds charged, before the call); otherwise a
 step at a time through ``refresh``/``update``.  Both give the same numbers for
@@ -49,10 +49,11 @@ from dpreg.access import Resample
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
+from dpreg.problem import project
 from dpreg.trajectory import KEEP_ALL_FLOATS, OutputChoice, Trajectory
 
 from .dp_gd import COMMON, plan_noise, resolve_common
-from .spider_core import SpiderEstimator, calibrate_noise, norm2, planned_event, prepay, project2
+from .spider_core import SpiderEstimator, calibrate_noise, norm2, planned_event, prepay
 
 #: steps per compiled call (whole phases; SpiderEstimator.steps); each step is reported to the
 #: progress callback after the call
@@ -217,7 +218,7 @@ class DPSpider(Algorithm):
                     output.see(t + i + 1, W[i])
                     self.progress(t + i + 1, T)  # every step reported: a dropped Ctrl-C stops the run at the next
                 t += k
-        else:  # a step at a time (any noise plugin, sparse rows, instrumented problems)
+        else:  # a step at a time (other noise plugins, mechanisms or problems a subclass changes)
             for t in range(T):
                 if t % q == 0:
                     idx, part = draw1()
@@ -228,7 +229,7 @@ class DPSpider(Algorithm):
                 clipped += rel.clipped
                 g = rel.value
                 w_prev = w
-                w = project2(w - step * g, radius)
+                w = project(w - step * g, radius, norm2)
                 output.see(t + 1, w)
                 traj.log(t + 1, w, noisy_grad_norm=norm2(g), batch=rel.batch, sensitivity=rel.sensitivity)
                 self.progress(t + 1, T)

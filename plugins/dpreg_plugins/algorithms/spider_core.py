@@ -14,8 +14,8 @@ stable API:
   :meth:`SpiderEstimator.steps` runs whole phases in one compiled call
   (the gaussian plugin; the same numbers as ``refresh``/``update``).
 * :class:`Release` - what one step released (noisy estimate and diagnostics).
-* :func:`norm2`, :func:`project2` - the sequential norm and the projection
-  both loops use.
+* :func:`norm2` - the sequential norm both loops use (for the O2 clip, the
+  projection and the trajectory).
 * :func:`planned_event` - the worst-case record's whole exposure for a planned
   sequence of adds, found by dry-running the mechanism class itself against a
   recording accountant (so calibration charges exactly what the run will
@@ -41,7 +41,7 @@ from dpreg.accounting import composed, self_composed
 from dpreg.interfaces import NoiseMechanism, Participation
 
 __all__ = ["Release", "SpiderEstimator", "RecordingAccountant", "PrepaidAccountant", "planned_event", "prepay",
-           "calibrate_noise", "norm2", "project2"]
+           "calibrate_noise", "norm2"]
 
 
 def norm2(v: np.ndarray) -> float:
@@ -52,13 +52,6 @@ def norm2(v: np.ndarray) -> float:
 
     return float(compiled(np.ascontiguousarray(v, dtype=np.float64)))
 
-
-def project2(w: np.ndarray, radius: float | None) -> np.ndarray:
-    """``dpreg.problem.project`` with :func:`norm2` (the compiled steps' projection)."""
-    if radius is None:
-        return w
-    nrm = norm2(w)
-    return w if nrm <= radius else w * (radius / nrm)
 
 
 # ------------------------------------------------------------------ estimator
@@ -198,8 +191,8 @@ class SpiderEstimator:
         releases the estimate exactly as :meth:`refresh` (i % phase == 0, on
         batch i) or :meth:`update` would - the same clipped sums,
         sensitivities, noise draws, charges and arithmetic, hence the same
-        numbers - and moves ``w_prev, w = w, project(w - step * g_i, radius)``
-        (the norm: :func:`norm2`).  ``full1``: every O1 batch is all the
+        numbers - and moves ``w_prev, w = w, project(w - step * g_i, radius,
+        norm2)``.  ``full1``: every O1 batch is all the
         records (its rows are then not passed).  ``denom1``/``denom2``: the
         divisors of the O1 and O2 sums (the public expected batch sizes, as
         :meth:`refresh` and :meth:`update` take them).  Each phase's noise is drawn
@@ -221,10 +214,11 @@ class SpiderEstimator:
         p2 = o2[0][1] if o2 else None
         if any(batches[i][1] != p1 for i in range(0, k, q)) or any(p != p2 for _, p in o2):
             raise ValueError("steps: the O1 batches must share one participation, and the O2 batches another")
-        sizes = np.array([pb.n if (full1 and i % q == 0) else len(batches[i][0]) for i in range(k)], dtype=np.int64)
+        passed = [not (full1 and i % q == 0) for i in range(k)]  # a full O1 batch's rows are not passed
+        sizes = np.array([len(b[0]) if keep else pb.n for b, keep in zip(batches, passed)], dtype=np.int64)
         offsets = np.zeros(k + 1, dtype=np.int64)
-        np.cumsum(np.where([full1 and i % q == 0 for i in range(k)], 0, sizes), out=offsets[1:])
-        parts = [batches[i][0] for i in range(k) if not (full1 and i % q == 0)]
+        np.cumsum(sizes * np.array(passed), out=offsets[1:])
+        parts = [b[0] for b, keep in zip(batches, passed) if keep]
         rows = np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, dtype=np.int64)
         noise1 = np.empty((n_o1, d))
         noise2 = np.empty((k - n_o1, d))

@@ -34,11 +34,7 @@ class GaussianMechanism(NoiseMechanism):
         self._sum = np.zeros(self.dim)
 
     def add(self, increment: np.ndarray, sensitivity: float, participation: Participation) -> np.ndarray:
-        if self.steps >= self.horizon:
-            raise RuntimeError(f"{self.name}: more than horizon={self.horizon} adds in one phase")
-        charge(self.accountant, gaussian_event(self.z), participation, label=f"{self.name} increment")
-        self.steps += 1
-        noise = self._rng.standard_normal(self.dim) * (self.z * float(sensitivity))
+        noise = self.draw(1, participation)[0] * (self.z * float(sensitivity))
         self._sum += np.asarray(increment, dtype=float) + noise
         return self._sum.copy()
 
