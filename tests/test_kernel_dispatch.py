@@ -73,33 +73,97 @@ def test_a_parallel_variant_compiled_in_the_process_is_used(monkeypatch):
     assert k.pick(True) is k.fast(True)
 
 
-def test_load_check_sees_a_load_that_has_just_started(monkeypatch):
-    """want_parallel reads the runnable tasks right now, not only the 1-minute
-    average, which lags a load that has just started (two busy processes next
-    to the run: parallel kernels then wait for CPUs they do not get)."""
-    import io
+class _FakeProc:
+    """A machine as the load check reads it: ``/proc/loadavg``, ``/proc/stat``,
+    the clock, this process's CPU time and running threads, set by the test."""
 
+    def __init__(self, monkeypatch):
+        import io
+        import time
+
+        self.avg, self.runnable, self.own_running = 0.0, 1, 1
+        self.wall, self.machine_busy_s, self.own_s = 1000.0, 0.0, 0.0
+        real_open = open
+
+        def _open(path, *a, **kw):
+            if path == "/proc/loadavg":
+                return io.StringIO(f"{self.avg} {self.avg} {self.avg} {self.runnable}/300 12345\n")
+            if path == "/proc/stat":
+                ticks = round(self.machine_busy_s * config._CLK_TCK)  # all of it as user time
+                return io.StringIO(f"cpu  {ticks} 0 0 999999 0 0 0 0 0 0\ncpu0 0 0 0 0 0 0 0 0 0 0\n")
+            return real_open(path, *a, **kw)
+
+        monkeypatch.setattr("builtins.open", _open)
+        monkeypatch.setattr(time, "monotonic", lambda: self.wall)
+        monkeypatch.setattr(time, "process_time", lambda: self.own_s)
+        monkeypatch.setattr(config, "_own_running", lambda: self.own_running)
+        monkeypatch.setattr(config, "LOAD_LOOK_S", -1.0)  # look every call
+        monkeypatch.setattr(config, "_window", [None, 0.0])
+        monkeypatch.setattr(config, "_load", [-1.0, 0.0])  # no look kept from another test's clock
+        config._busy()  # the first sample
+
+    def run(self, seconds, own_cpus, other_cpus):
+        """``seconds`` pass with this process on ``own_cpus`` CPUs and other work on ``other_cpus``."""
+        self.wall += seconds
+        self.own_s += seconds * own_cpus
+        self.machine_busy_s += seconds * (own_cpus + other_cpus)
+
+
+def test_load_check_does_not_count_this_process(monkeypatch):
+    """The others' load is the machine's busy CPU time minus this process's:
+    a long run's own parallel kernels, which push the 1-minute load average
+    past the threshold, leave the check reading an idle machine (the former
+    rule took the average, and a long run lost its parallel kernels:
+    benchmarks/load_check.py)."""
     cpus = os.cpu_count() or 1
     if cpus < 2 or config.numba.get_num_threads() < 2:
         return  # one CPU or one thread: never parallel, nothing to check
-    monkeypatch.setattr(config, "LOAD_LOOK_S", -1.0)  # look every call
-    real_open = open
-
-    def fake(avg, running):
-        def _open(path, *a, **kw):
-            if path == "/proc/loadavg":
-                return io.StringIO(f"{avg} {avg} {avg} {running}/300 12345\n")
-            return real_open(path, *a, **kw)
-        return _open
-
+    m = _FakeProc(monkeypatch)
     big = config.PARALLEL_WORK
-    monkeypatch.setattr("builtins.open", fake(0.1, 1))           # idle: the caller alone is runnable
-    assert config._busy() == 0.1 and config.want_parallel(big)
-    monkeypatch.setattr("builtins.open", fake(0.1, 1 + cpus))    # just started: cpus others runnable
+    m.avg, m.runnable, m.own_running = cpus + 1.0, cpus, cpus  # our threads: all the running ones
+    m.run(2.0, cpus, 0.0)
+    assert config._busy() == 0.0 and config.want_parallel(big)
+    m.run(2.0, 1, cpus - 0.25)                                  # others on nearly every CPU
+    assert abs(config._busy() - (cpus - 0.25)) < 1e-9 and not config.want_parallel(big)
+    m.run(2.0, 1, cpus - 1)                                     # others leave a CPU besides ours
+    assert abs(config._busy() - (cpus - 1)) < 1e-9 and config.want_parallel(big)
+    assert not config.want_parallel(big - 1)                    # small work: serial whatever the load
+
+
+def test_load_check_sees_a_load_that_has_just_started(monkeypatch):
+    """want_parallel reads the others' runnable tasks right now, not only
+    their mean load since its last look, which lags a load that has just
+    started (two busy processes next to the run: parallel kernels then wait
+    for CPUs they do not get); a load that has just ended is over at the
+    next look."""
+    cpus = os.cpu_count() or 1
+    if cpus < 2 or config.numba.get_num_threads() < 2:
+        return
+    m = _FakeProc(monkeypatch)
+    big = config.PARALLEL_WORK
+    m.run(5.0, 1, 0.0)                                          # idle: the caller alone runs
+    assert config._busy() == 0.0 and config.want_parallel(big)
+    m.runnable = 1 + cpus                                       # just started: cpus others runnable
     assert config._busy() == cpus and not config.want_parallel(big)
-    monkeypatch.setattr("builtins.open", fake(cpus + 1.0, 1))    # a load that has just ended: still busy
-    assert not config.want_parallel(big)
-    assert not config.want_parallel(big - 1)                     # small work: serial whatever the load
+    m.run(5.0, 1, cpus)                                         # ... and running since
+    m.runnable = 1                                              # ended just now
+    assert config._busy() == cpus and not config.want_parallel(big)  # the window still holds it
+    m.run(0.05, 1, 0.0)                                         # too short a window to read: kept
+    assert config._busy() == cpus
+    m.run(0.5, 1, 0.0)                                          # over at the next readable window
+    assert config._busy() == 0.0 and config.want_parallel(big)
+
+
+def test_load_check_reads_this_machine():
+    """On Linux the check reads /proc without error: a finite, non-negative
+    load, this process's own running threads among the runnable ones."""
+    if not os.path.exists("/proc/stat"):
+        return  # not Linux: the 1-minute load average stands in
+    assert config._own_running() >= 1
+    t = config._cpu_times()
+    assert len(t) == 3 and t[1] > 0 and t[2] > 0
+    b = config._busy()
+    assert np.isfinite(b) and b >= 0.0
 
 
 def test_function_arguments_unbox_the_same_however_passed():

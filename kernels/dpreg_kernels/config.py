@@ -268,21 +268,91 @@ PARALLEL_AMORTIZE_S: float = float(os.environ.get("DPREG_PARALLEL_AMORTIZE_S", "
 _load = [-1.0, 0.0]  # (time of the last look, whether the machine had idle cores)
 #: seconds a look at the machine's load is reused
 LOAD_LOOK_S: float = 0.25
+#: a window of the machine's CPU time shorter than this is too coarse to read
+#: (``/proc/stat`` counts in clock ticks, 10 ms on Linux): the previous
+#: estimate of the others' load is kept
+MIN_WINDOW_S: float = 0.1
+
+
+def _cpu_times():
+    """``(wall seconds, CPU seconds the whole machine has spent busy, CPU
+    seconds of this process)``, now: the machine's from ``/proc/stat``'s
+    first line (user, nice, system, irq, softirq and steal ticks: a vCPU the
+    hypervisor lends elsewhere is as unavailable as a busy one), the
+    process's from ``time.process_time`` (all its threads).  Raises OSError
+    where there is no ``/proc/stat``."""
+    import time
+
+    with open("/proc/stat") as f:
+        v = f.readline().split()
+    if not v or v[0] != "cpu":
+        raise OSError("no cpu line in /proc/stat")
+    t = [int(x) for x in v[1:9]]
+    busy = t[0] + t[1] + t[2] + t[5] + t[6] + t[7]
+    return time.monotonic(), busy / _CLK_TCK, time.process_time()
+
+
+def _own_running() -> int:
+    """How many of this process's threads are running or runnable right now
+    (state R in ``/proc/self/task/*/stat``; at least 1: the caller)."""
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                s = f.read()
+        except OSError:  # the thread has just ended
+            continue
+        if s[s.rindex(")") + 2:s.rindex(")") + 3] == "R":
+            n += 1
+    return max(n, 1)
+
+
+try:
+    _CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
+except (AttributeError, ValueError, OSError):
+    _CLK_TCK = 100.0
+#: the last sample of :func:`_cpu_times` and the others' mean load over the
+#: window that ended there (first sample: when this module is imported, so the
+#: first look has a window - the data loading before a run's first kernel)
+_window: list = [None, 0.0]
+try:
+    _window[0] = _cpu_times()
+except (OSError, ValueError):
+    pass
 
 
 def _busy() -> float:
-    """How many CPUs other work keeps busy: the larger of the 1-minute load
-    average and the number of runnable tasks right now besides the caller
-    (``/proc/loadavg``'s fourth field, Linux).  The average alone lags a load
-    that has just started by up to a minute (measured: two spinning processes
-    started 0.5 s before dp-spider's run left it at 0.8, so the kernels ran
-    their parallel variants against them, 4x slower than serial)."""
+    """How many CPUs other work keeps busy - other processes only, never this
+    one: the larger of
+
+    * the others' mean load since the previous look: the CPU time the whole
+      machine spent busy (``/proc/stat``) minus this process's own
+      (``time.process_time``, all its threads), over the wall time;
+    * the others' runnable tasks right now (``/proc/loadavg``'s fourth field
+      minus this process's running threads), which sees a load that has just
+      started.
+
+    The 1-minute load average, used before, counts this process too: on an
+    idle 2-core machine a long run's own parallel kernels raised it to 1.47 in
+    70 s, above the 1.5 - 0.5 the check allows, and about 40 % of the kernel
+    calls after that ran serial with the machine otherwise idle
+    (``benchmarks/load_check.py``, fifteenth session).  Where ``/proc`` is
+    missing (not Linux), the 1-minute load average stands in, with that
+    bias."""
     try:
         with open("/proc/loadavg") as f:
             fields = f.read().split()
-        return max(float(fields[0]), float(int(fields[3].split("/")[0]) - 1))
+        now = max(0.0, float(int(fields[3].split("/")[0]) - _own_running()))
+        cur = _cpu_times()
     except (OSError, ValueError, IndexError):
         return os.getloadavg()[0]
+    prev = _window[0]
+    if prev is None:
+        _window[0] = cur
+    elif cur[0] - prev[0] >= MIN_WINDOW_S:
+        others = (cur[1] - prev[1]) - (cur[2] - prev[2])
+        _window[0], _window[1] = cur, max(0.0, others / (cur[0] - prev[0]))
+    return max(now, _window[1])
 
 
 def machine_has_idle_cores() -> bool:

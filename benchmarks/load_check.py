@@ -1,0 +1,101 @@
+"""Does a long run keep its parallel kernels on an otherwise idle machine?
+
+The kernels run their parallel variants only while other work leaves CPUs
+free (``dpreg_kernels.config.want_parallel``, which asks ``_busy``).  This
+script runs dp-spider's race set-up (IJCNN1, logistic loss, epsilon 1,
+gaussian noise, ``bench_end_to_end.race_setup``) back to back for
+``--seconds`` and prints, per window of ``--window`` seconds: the kernel
+calls that asked, how many of them were told parallel, the median run time,
+the 1-minute load average and ``_busy``'s reading.
+
+``--rule loadavg`` replaces ``_busy`` by the rule of the fourteenth session
+and before (the larger of the 1-minute load average and the runnable tasks
+minus one), which counts the run's own threads as other work: reproduce
+with it the serial calls that rule gave a long run.  ``--spin K`` starts K
+busy processes halfway through, so the table also shows the check seeing
+real other work.
+
+    python benchmarks/load_check.py [--seconds 150] [--rule {others,loadavg}] [--spin 0]
+
+Run nothing else meanwhile (the point is an idle machine), and start it
+with the 1-minute load average low (under 0.3).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def loadavg_rule() -> float:
+    """The former ``_busy``: max(1-minute load average, runnable tasks - 1)."""
+    with open("/proc/loadavg") as f:
+        fields = f.read().split()
+    return max(float(fields[0]), float(int(fields[3].split("/")[0]) - 1))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=150.0)
+    ap.add_argument("--window", type=float, default=10.0)
+    ap.add_argument("--rule", choices=("others", "loadavg"), default="others")
+    ap.add_argument("--spin", type=int, default=0, help="busy processes started halfway through")
+    a = ap.parse_args(argv)
+
+    import dpreg.problem as problem
+    from bench_end_to_end import busy, race_setup
+    from dpreg_kernels import config
+
+    if a.rule == "loadavg":
+        config._busy = loadavg_rule
+    pb, run = race_setup("dp-spider")
+    pb._k.clipped_sum.parallel  # noqa: B018 (the parallel variant compiled or loaded: a warm cache)
+    asked = []
+    want = problem._want_parallel
+
+    def recording(work):
+        r = want(work)
+        asked.append(r)
+        return r
+
+    problem._want_parallel = recording
+    run()
+    print(f"rule {a.rule!r}, {os.cpu_count()} CPUs, start load average {os.getloadavg()[0]:.2f}, "
+          f"busy processes from {a.seconds / 2:.0f} s: {a.spin}")
+    print("| window end (s) | runs | calls told parallel | median run (ms) | load avg (1 min) | _busy |")
+    print("|---|---|---|---|---|---|")
+    spin = busy(a.spin)
+    t0 = time.monotonic()
+    end = t0 + a.window
+    times = []
+    asked.clear()
+    spinning = False
+    try:
+        while True:
+            now = time.monotonic()
+            if a.spin and not spinning and now - t0 >= a.seconds / 2:
+                spin.__enter__()
+                spinning = True
+            if now >= end:
+                print(f"| {now - t0:.0f} | {len(times)} | {sum(asked)}/{len(asked)} | "
+                      f"{1e3 * float(np.median(times)):.1f} | {os.getloadavg()[0]:.2f} | {config._busy():.2f} |",
+                      flush=True)
+                times.clear()
+                asked.clear()
+                end += a.window
+                if now - t0 >= a.seconds:
+                    break
+            times.append(run()[0])
+    finally:
+        if spinning:
+            spin.__exit__(None, None, None)
+
+
+if __name__ == "__main__":
+    main()
