@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Hashable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Hashable, Sequence
 
 import numpy as np
 
@@ -332,6 +332,26 @@ class NoiseMechanism(ABC):
         ``z * s_i`` (s_i the i-th add's sensitivity) is the noise ``add`` would
         have added to that increment; the caller keeps the running sum."""
         raise NotImplementedError(f"{type(self).__name__} does not release independent adds")
+
+    def draw_phases(self, phases: Sequence[Sequence[tuple[int, Participation]]], *,
+                    reset_first: bool = True) -> np.ndarray:
+        """Only where :attr:`independent_adds`: the noise of whole phases at
+        once.  For each phase - a list of ``(k, participation)``, adds in add
+        order - :meth:`reset` (before the first phase only when
+        ``reset_first``), then :meth:`draw` of each ``k`` with its
+        participation: the same horizon checks, charges and standard normals,
+        stacked in draw order into one ``(sum of k, dim)`` array.  A class may
+        do it faster (one charge per participation, one draw from its
+        generator: the gaussian plugin) if the normals, the charges and the
+        state it ends in are the same.  Here a phase past the horizon raises
+        after the phases before it were charged (more charged than released:
+        never less)."""
+        rows = []
+        for i, adds in enumerate(phases):
+            if i or reset_first:
+                self.reset()
+            rows.extend(self.draw(int(k), p) for k, p in adds if k)
+        return np.concatenate(rows) if rows else np.empty((0, self.dim))
 
     @classmethod
     @abstractmethod

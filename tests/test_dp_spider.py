@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpreg.accounting import PldAccountant, RdpAccountant
+from dpreg.accounting import PldAccountant, RdpAccountant, gaussian_event
 from dpreg.errors import BudgetExceededError
-from dpreg.interfaces import NoiseMechanism, Participation
+from dpreg.interfaces import NoiseMechanism, Participation, charge
 from dpreg.params import bind
 from dpreg.problem import Problem
 from dpreg_plugins.algorithms.dp_spider import DPSpider, spider_plan
@@ -170,6 +170,13 @@ def test_prepaid_plan_refuses_a_release_it_did_not_plan_and_an_over_budget_plan(
     with pytest.raises(RuntimeError, match="not in the prepaid plan"):  # less noise was not paid for
         other.add(np.zeros(2), 1.0, Participation.poisson(0.1))
     assert paid.released == 0 and mech.steps == 0 and other.steps == 0
+    # one event object charged k times (a draw of k adds): checked off one by one, refused once used up
+    with pytest.raises(RuntimeError, match="not in the prepaid plan"):
+        charge(paid, gaussian_event(3.0), Participation.poisson(0.05), count=7)
+    assert paid.released == 6 and paid.left() == 2
+    with pytest.raises(RuntimeError, match="not in the prepaid plan"):
+        GaussianMechanism(dim=2, noise_multiplier=3.0, horizon=4, accountant=paid, seed=0).draw(
+            1, Participation.poisson(0.05))
     small = RdpAccountant(0.5, 1e-5, "add-remove")
     with pytest.raises(BudgetExceededError):
         prepay(small, GaussianMechanism, [(0.5, 4, plan)])
@@ -443,6 +450,35 @@ def test_gaussian_draw_charges_and_matches_add():
     assert not TreeMechanism.independent_adds and GaussianMechanism.draws_as_it_adds()
     with pytest.raises(NotImplementedError):
         TreeMechanism(dim=4, noise_multiplier=2.0, horizon=4, accountant=rec, seed=0).draw(1, p)
+
+
+def test_gaussian_draw_phases_is_the_phase_by_phase_draws():
+    """GaussianMechanism.draw_phases (one charge per participation, one draw) gives
+    what the base class's phase-by-phase loop of reset and draw gives: the same
+    normals in the same order, the same charges (as a multiset), the same phase and
+    step counters; a phase past the horizon raises and charges and draws nothing."""
+    p1, p2 = Participation.all(), Participation.poisson(0.25)
+    phases = [[(1, p1), (3, p2)], [(1, p1), (0, p2)], [(1, p1), (2, p2)]]
+
+    def mech():
+        return GaussianMechanism(dim=4, noise_multiplier=2.0, horizon=5, accountant=RecordingAccountant("add-remove"),
+                                 seed=7)
+
+    for reset_first in (False, True):
+        fast, slow = mech(), mech()
+        fast.draw(1, p1), slow.draw(1, p1)  # an add already made in the current phase
+        a = fast.draw_phases(phases, reset_first=reset_first)
+        b = NoiseMechanism.draw_phases(slow, phases, reset_first=reset_first)
+        assert a.shape == (8, 4) and np.array_equal(a, b)
+        assert sorted(map(repr, fast.accountant.global_events)) == sorted(map(repr, slow.accountant.global_events))
+        assert len(fast.accountant.global_events) == 9
+        assert (fast.phase, fast.steps) == (slow.phase, slow.steps) == (3 if reset_first else 2, 3)
+        assert np.array_equal(fast.draw(1, p2), slow.draw(1, p2))  # the generators are in the same state
+    m = mech()
+    with pytest.raises(RuntimeError):
+        m.draw_phases([[(1, p1), (3, p2)], [(1, p1), (5, p2)]])  # 6 adds > horizon 5 in the second phase
+    assert m.accountant.global_events == [] and (m.phase, m.steps) == (0, 0)
+    assert np.array_equal(m.draw(1, p1), mech().draw(1, p1))  # nothing drawn
 
 
 def test_compiled_steps_count_serial_time_towards_the_parallel_variant(monkeypatch):

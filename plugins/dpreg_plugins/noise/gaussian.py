@@ -45,6 +45,35 @@ class GaussianMechanism(NoiseMechanism):
         self.steps += k
         return self._rng.standard_normal((int(k), self.dim))
 
+    def draw_phases(self, phases, *, reset_first: bool = True) -> np.ndarray:
+        """:meth:`NoiseMechanism.draw_phases` in one pass: every phase's adds
+        checked against the horizon first (an error charges and draws
+        nothing), then one charge call per participation for all its adds,
+        the resets, and one draw of all the standard normals from the
+        generator - the numbers the phase-by-phase draws give (numpy's normals
+        come one after another, however many a call asks for)."""
+        counts: dict = {}
+        steps = self.steps
+        total = 0
+        for i, adds in enumerate(phases):
+            if i or reset_first:
+                steps = 0
+            k = sum(int(c) for c, _ in adds)
+            if steps + k > self.horizon:
+                raise RuntimeError(f"{self.name}: more than horizon={self.horizon} adds in one phase")
+            steps += k
+            total += k
+            for c, p in adds:
+                if c:
+                    counts[p] = counts.get(p, 0) + int(c)
+        for p, c in counts.items():
+            charge(self.accountant, gaussian_event(self.z), p, label=f"{self.name} increment", count=c)
+        for i in range(len(phases)):
+            if i or reset_first:
+                self.reset()
+        self.steps = steps
+        return self._rng.standard_normal((total, self.dim))
+
     @classmethod
     def record_event(cls, noise_multiplier, horizon, participation_kind, steps):
         if participation_kind == "disjoint":
