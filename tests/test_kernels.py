@@ -231,6 +231,28 @@ def test_overflowing_record_is_counted_and_dropped(K, registry):
     assert k == kref + 1
 
 
+def test_non_finite_records_are_dropped_whatever_their_place_in_a_padded_block(K, registry):
+    """The passes take 4-row blocks and a remainder, and a stage with a dropped term is
+    compacted first: a NaN or infinite record - first in the batch, last, among several,
+    or in the remainder - is dropped and counted, and never reaches the sum (0 x inf
+    would make it NaN)."""
+    loss = registry.get("loss", "logistic")
+    for n, bad in ((9, (0, 3)), (10, (8, 9)), (7, (0, 1, 2)), (13, (12,))):
+        rng, X, y, w = _data(loss, 11, n=n)
+        for i, b in enumerate(bad):
+            X[b] = np.nan if i % 2 else np.inf
+        idx = np.arange(n, dtype=np.int64)
+        keep = np.array([i for i in range(n) if i not in bad])
+        s, k = _grad(K, loss, X, y, w, idx, 0.5)
+        ref, kref = naive.clipped_grad_sum(loss, X, y, keep, w, 0.5)
+        np.testing.assert_allclose(s, ref, rtol=1e-12, atol=1e-14)
+        assert k == kref + len(bad)
+        d, kd = _diff(K, loss, X, y, w, w + 0.05, idx[::-1].copy(), 0.01)  # bad rows elsewhere in the blocks
+        dref, kdref = naive.clipped_diff_sum(loss, X, y, keep, w, w + 0.05, 0.01)
+        np.testing.assert_allclose(d, dref, rtol=1e-9, atol=1e-14)
+        assert kd == kdref + len(bad)
+
+
 # -------------------------------------------------------- determinism / threads
 def test_serial_and_parallel_variants_are_bit_identical(K, S, registry):
     loss = registry.get("loss", "logistic-nonconvex-reg")
