@@ -262,7 +262,10 @@ class busy:
     def __enter__(self):
         import time
 
-        self.procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(self.k)]
+        # each spins until its parent is gone, so a benchmark killed mid-race leaves no load behind
+        spin = ("import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(1000000):\n"
+                "        pass\n")
+        self.procs = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(self.k)]
         time.sleep(0.5 if self.k else 0.0)
         return self
 

@@ -721,12 +721,21 @@ class RdpAccountant(Accountant):
 
     def _eps_order(self, rdp: np.ndarray) -> tuple[float, float]:
         """dp-accounting's conversion of the curve ``rdp`` at ``self.delta``:
-        (epsilon, the order attaining it)."""
-        dpa = _dpa()
+        (epsilon, the order attaining it); memoised process-wide by the
+        curve's bytes, the orders and delta (a pure function: a run of the
+        same plan converts the same curves again, 0.2 ms each)."""
         if not np.any(rdp):
             return 0.0, float(self._orders[0])
-        eps, order = dpa.rdp.rdp_privacy_accountant.compute_epsilon(self._orders, rdp, self.delta)
-        return float(eps), float(order)
+        r = np.ascontiguousarray(rdp, dtype=float)
+        key = (self._orders_key, float(self.delta), r.tobytes())
+        hit = _EPS_ORDER.get(key)
+        if hit is None:
+            eps, order = _dpa().rdp.rdp_privacy_accountant.compute_epsilon(self._orders, r, self.delta)
+            hit = (float(eps), float(order))
+            if len(_EPS_ORDER) >= 4096:
+                _EPS_ORDER.clear()
+            _EPS_ORDER[key] = hit
+        return hit
 
     def _eps_from(self, rdp: np.ndarray) -> float:
         return self._eps_order(rdp)[0]
@@ -780,6 +789,10 @@ class RdpAccountant(Accountant):
             self._rdp_groups[key] = new_g
             old = self._max_pass.get(key[0])
             self._max_pass[key[0]] = new_g if old is None else np.maximum(old, new_g)
+
+
+#: :meth:`RdpAccountant._eps_order`'s answers, by (orders, delta, curve bytes)
+_EPS_ORDER: dict = {}
 
 
 class _SearchRdp(RdpAccountant):

@@ -500,3 +500,22 @@ def test_compiled_steps_count_serial_time_towards_the_parallel_variant(monkeypat
     before = ck.serial_large_s
     run_spider(pb, "gaussian", steps=20, phase=5)
     assert forms and not any(forms) and ck.serial_large_s > before
+
+
+def test_dry_runs_are_memoised_as_computed_and_handed_out_as_copies():
+    """planned_event's dry run is memoised process-wide by its arguments: the memo gives
+    what a fresh dry run computes, each caller its own copies (changing one changes no
+    later answer), and a different multiplier, horizon or plan is a different entry."""
+    from dpreg_plugins.algorithms import spider_core as sc
+
+    plan = spider_plan(10, 4, Participation.all(), Participation.poisson(0.1))
+    for cls in (GaussianMechanism, TreeMechanism):
+        a = sc._dry_run(cls, 2.0, 4, plan, "add-remove")
+        assert a == sc._dry_run_now(cls, 2.0, 4, plan, "add-remove")
+        a[0].clear()
+        a[1].append("junk")
+        b = sc._dry_run(cls, 2.0, 4, plan, "add-remove")
+        assert b == sc._dry_run_now(cls, 2.0, 4, plan, "add-remove") and b[0]
+        assert sc._dry_run(cls, 2.5, 4, plan, "add-remove") != b
+        assert sc._dry_run(cls, 2.0, 4, spider_plan(12, 4, Participation.all(), Participation.poisson(0.1)),
+                           "add-remove") != b

@@ -208,7 +208,7 @@ class SpiderEstimator:
         q = int(phase)
         if k < 1:
             raise ValueError("steps needs at least one batch")
-        pb, d = self.problem, self.problem.d
+        pb = self.problem
         n_o1 = -(-k // q)
         p1 = batches[0][1]
         o2 = [batches[i] for i in range(k) if i % q]
@@ -304,11 +304,38 @@ def _compress(events: Iterable) -> list:
     return [self_composed(e, c) for e, c in counts.items()]
 
 
+#: :func:`_dry_run`'s answers, by its arguments: a calibration asks for the same
+#: trial multipliers again in every run of the same plan (seeds of a sweep, a
+#: repeated run), and a dry run builds a mechanism per phase kind (0.1 ms each)
+_DRY_RUNS: dict = {}
+
+
 def _dry_run(noise_cls: type[NoiseMechanism], noise_multiplier: float, horizon: int,
              phases: Sequence[tuple[int, Sequence[Participation]]], relation: str) -> tuple[Counter, list]:
     """``(global charges with their counts, charges of the most charged
     disjoint group)`` of a planned run: one phase of each kind dry-run by the
-    mechanism class itself, its charges counted ``repeat`` times."""
+    mechanism class itself, its charges counted ``repeat`` times.  A pure
+    function of its arguments (a mechanism's charges depend on its
+    multiplier, horizon and the participations alone: the premise of
+    :func:`planned_event`), memoised process-wide; each call gets its own
+    copies."""
+    try:
+        key = (noise_cls, float(noise_multiplier), int(horizon), relation,
+               tuple((int(r), tuple(parts)) for r, parts in phases))
+        hit = _DRY_RUNS.get(key)
+    except TypeError:  # an unhashable participation group: not memoised
+        key = hit = None
+    if hit is None:
+        hit = _dry_run_now(noise_cls, noise_multiplier, horizon, phases, relation)
+        if key is not None:
+            if len(_DRY_RUNS) >= 4096:
+                _DRY_RUNS.clear()
+            _DRY_RUNS[key] = hit
+    return Counter(hit[0]), list(hit[1])
+
+
+def _dry_run_now(noise_cls, noise_multiplier, horizon, phases, relation) -> tuple[Counter, list]:
+    """:func:`_dry_run`, computed."""
     global_counts: Counter = Counter()
     worst_group: list = []
     for repeat, parts in phases:
