@@ -2,7 +2,9 @@
 IJCNN1 (logistic loss, epsilon 1, research seed 0, the race's set-up,
 ``bench_end_to_end.race_setup``), split into the clipped-sum calls (the kernels,
 with their Python wrappers), the Poisson sampling (``poisson_rows_many``) and
-the rest (noise, accounting, trajectory, per-step Python), and the same run
+the noise calibration (``RdpAccountant.calibrate``: memoised dry runs and
+epsilon conversions after the first run), the rest (noise draws, charges,
+trajectory, per-step Python), and the same run
 with the kernels and the sampling replaced by instant stand-ins (the
 per-step Python alone; the numbers it computes are meaningless).  Compiled
 steps (dp-sgd's ``Problem.sgd_steps``, dp-spider's ``Problem.spider_steps``:
@@ -40,11 +42,12 @@ def _setup(algo):
 
 
 def breakdown(algo: str = "dp-spider", runs: int = 10):
-    """(list of (run, kernels, sampling) seconds per timed run, stand-in run times)."""
+    """(list of (run, kernels, sampling, calibration) seconds per timed run, stand-in run times)."""
     import dpreg.access as access
+    from dpreg.accounting import RdpAccountant
 
     pb, once = _setup(algo)
-    parts = {"kernels": 0.0, "sampling": 0.0}
+    parts = {"kernels": 0.0, "sampling": 0.0, "calibration": 0.0}
 
     def timed(f, key):
         def g(*a, **k):
@@ -60,14 +63,16 @@ def breakdown(algo: str = "dp-spider", runs: int = 10):
     pb.clipped_grad_sum, pb.clipped_diff_sum = timed(grad, "kernels"), timed(diff, "kernels")
     pb.sgd_steps, pb.spider_steps = timed(fused, "fused"), timed(spider, "fused")
     access.poisson_rows_many = timed(sample, "sampling")
+    calibrate = RdpAccountant.calibrate
+    RdpAccountant.calibrate = timed(calibrate, "calibration")
     parts["fused"] = 0.0
     try:
         once()  # loads the kernels, memoises the calibration
         rows = []
         for _ in range(runs):
-            parts["kernels"] = parts["sampling"] = parts["fused"] = 0.0
+            parts["kernels"] = parts["sampling"] = parts["fused"] = parts["calibration"] = 0.0
             t = once()
-            rows.append((t, parts["kernels"] + parts["fused"], parts["sampling"]))
+            rows.append((t, parts["kernels"] + parts["fused"], parts["sampling"], parts["calibration"]))
         if parts["fused"]:
             return sorted(rows), None
         # the per-step Python alone: kernels return zeros, samples are drawn once and replayed
@@ -88,6 +93,7 @@ def breakdown(algo: str = "dp-spider", runs: int = 10):
     finally:
         pb.clipped_grad_sum, pb.clipped_diff_sum, access.poisson_rows_many = grad, diff, sample
         pb.sgd_steps, pb.spider_steps = fused, spider
+        RdpAccountant.calibrate = calibrate
     return sorted(rows), bare
 
 
@@ -141,10 +147,10 @@ if __name__ == "__main__":
     algo = next((a for a in args if not a.isdigit()), "dp-spider")
     rows, bare = breakdown(algo, runs)
     print(f"{algo} on IJCNN1, {runs} timed runs (fastest five):")
-    print("| run (ms) | clipped sums or fused steps (ms) | sampling (ms) | rest (ms) |")
-    print("|---|---|---|---|")
-    for t, k, s in rows[:5]:
-        print(f"| {t * 1e3:.1f} | {k * 1e3:.1f} | {s * 1e3:.1f} | {(t - k - s) * 1e3:.1f} |")
+    print("| run (ms) | clipped sums or fused steps (ms) | sampling (ms) | noise calibration (ms) | rest (ms) |")
+    print("|---|---|---|---|---|")
+    for t, k, s, c in rows[:5]:
+        print(f"| {t * 1e3:.1f} | {k * 1e3:.1f} | {s * 1e3:.1f} | {c * 1e3:.1f} | {(t - k - s - c) * 1e3:.1f} |")
     if bare is None:
         print("per-step Python alone: n/a (fused steps: the Python runs between calls of many steps)")
     else:
