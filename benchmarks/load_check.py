@@ -15,7 +15,12 @@ with it the serial calls that rule gave a long run.  ``--spin K`` starts K
 busy processes halfway through, so the table also shows the check seeing
 real other work.
 
+``--compare K`` instead times the same run with its kernels forced serial and
+forced parallel (the work threshold alone), alternating, ``--runs`` each,
+idle and then beside K busy processes: what the check's choice is worth.
+
     python benchmarks/load_check.py [--seconds 150] [--rule {others,loadavg}] [--spin 0]
+    python benchmarks/load_check.py --compare 1 [--runs 10]
 
 Run nothing else meanwhile (the point is an idle machine), and start it
 with the 1-minute load average low (under 0.3).
@@ -46,7 +51,12 @@ def main(argv=None) -> None:
     ap.add_argument("--window", type=float, default=10.0)
     ap.add_argument("--rule", choices=("others", "loadavg"), default="others")
     ap.add_argument("--spin", type=int, default=0, help="busy processes started halfway through")
+    ap.add_argument("--compare", type=int, default=None, metavar="K",
+                    help="time forced-serial against forced-parallel runs, idle and beside K busy processes")
+    ap.add_argument("--runs", type=int, default=10)
     a = ap.parse_args(argv)
+    if a.compare is not None:
+        return compare(a.compare, a.runs)
 
     import dpreg.problem as problem
     from bench_end_to_end import busy, race_setup
@@ -95,6 +105,36 @@ def main(argv=None) -> None:
     finally:
         if spinning:
             spin.__exit__(None, None, None)
+
+
+def compare(k: int, runs: int) -> None:
+    """Median run times of dp-spider's race run with the kernels forced serial
+    and forced parallel (alternating), idle and beside ``k`` busy processes."""
+    import dpreg.problem as problem
+    from bench_end_to_end import busy, race_setup
+    from dpreg_kernels.config import PARALLEL_WORK
+
+    pb, run = race_setup("dp-spider")
+    pb._k.clipped_sum.parallel  # noqa: B018 (a warm cache)
+    want = problem._want_parallel
+    forced = {"serial": lambda work: False, "parallel": lambda work: work >= PARALLEL_WORK}
+    print("| busy processes | serial kernels, median run (ms) | parallel kernels, median run (ms) | parallel / serial |")
+    print("|---|---|---|---|")
+    try:
+        for load in (0, k):
+            with busy(load):
+                for f in forced.values():
+                    problem._want_parallel = f
+                    run()
+                t = {m: [] for m in forced}
+                for _ in range(runs):
+                    for m, f in forced.items():
+                        problem._want_parallel = f
+                        t[m].append(run()[0])
+            s, p = (float(np.median(t[m])) for m in forced)
+            print(f"| {load} | {1e3 * s:.1f} | {1e3 * p:.1f} | {p / s:.2f}x |", flush=True)
+    finally:
+        problem._want_parallel = want
 
 
 if __name__ == "__main__":

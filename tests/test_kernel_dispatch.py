@@ -123,10 +123,11 @@ def test_load_check_does_not_count_this_process(monkeypatch):
     m.avg, m.runnable, m.own_running = cpus + 1.0, cpus, cpus  # our threads: all the running ones
     m.run(2.0, cpus, 0.0)
     assert config._busy() == 0.0 and config.want_parallel(big)
-    m.run(2.0, 1, cpus - 0.25)                                  # others on nearly every CPU
-    assert abs(config._busy() - (cpus - 0.25)) < 1e-9 and not config.want_parallel(big)
-    m.run(2.0, 1, cpus - 1)                                     # others leave a CPU besides ours
-    assert abs(config._busy() - (cpus - 1)) < 1e-9 and config.want_parallel(big)
+    threads = min(config.numba.get_num_threads(), cpus)
+    m.run(2.0, 1, cpus - threads + 0.75)                        # others on part of the threads' CPUs
+    assert abs(config._busy() - (cpus - threads + 0.75)) < 1e-9 and not config.want_parallel(big)
+    m.run(2.0, 1, cpus - threads + 0.25)                        # others leave the threads their CPUs
+    assert abs(config._busy() - (cpus - threads + 0.25)) < 1e-9 and config.want_parallel(big)
     assert not config.want_parallel(big - 1)                    # small work: serial whatever the load
 
 

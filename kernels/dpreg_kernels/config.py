@@ -356,12 +356,19 @@ def _busy() -> float:
 
 
 def machine_has_idle_cores() -> bool:
-    """Whether other work leaves a CPU for a parallel kernel's threads:
-    :func:`_busy` below the CPU count minus one half (True where the platform
-    gives no load information).  Not cached: :func:`want_parallel` keeps its
-    own look for :data:`LOAD_LOOK_S` seconds."""
+    """Whether other work leaves a parallel kernel's threads their CPUs: the
+    others' load (:func:`_busy`) below the CPU count minus the threads a
+    parallel kernel runs (numba's thread count, at most the CPU count) plus
+    one half - on 2 CPUs and 2 threads, below half a CPU.  A parallel kernel
+    waits at its end for its slowest thread: with one busy process beside it
+    on 2 CPUs, dp-spider's race run took 220 ms with the parallel kernels
+    and 122 ms with the serial ones (idle: 63 and 121 ms;
+    ``benchmarks/load_check.py --compare 1``, fifteenth session).  True where the platform gives no load information.
+    Not cached: :func:`want_parallel` keeps its own look for
+    :data:`LOAD_LOOK_S` seconds."""
+    cpus = os.cpu_count() or 1
     try:
-        return _busy() < (os.cpu_count() or 1) - 0.5
+        return _busy() < cpus - min(numba.get_num_threads(), cpus) + 0.5
     except OSError:  # no load information on this platform
         return True
 
@@ -369,8 +376,8 @@ def machine_has_idle_cores() -> bool:
 def want_parallel(work: int) -> bool:
     """Whether a kernel of ``work`` elements should run its parallel variant:
     work >= :data:`PARALLEL_WORK`, numba has more than one thread, and the
-    machine is not oversubscribed (:func:`_busy` below the CPU count minus
-    one half, looked up at most every :data:`LOAD_LOOK_S` seconds).  On a busy
+    machine is not oversubscribed (:func:`machine_has_idle_cores`, looked up
+    at most every :data:`LOAD_LOOK_S` seconds).  On a busy
     machine a parallel kernel's threads wait for CPUs that other processes
     hold: measured 1.5-3x slower than the serial variant at every size.
     Serial and parallel variants give bit-identical results (fixed chunking),
