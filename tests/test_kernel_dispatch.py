@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from dpreg_kernels import config
 from dpreg_kernels import linear_model as K
@@ -132,11 +133,12 @@ def test_load_check_does_not_count_this_process(monkeypatch):
 
 
 def test_load_check_sees_a_load_that_has_just_started(monkeypatch):
-    """want_parallel reads the others' runnable tasks right now, not only
-    their mean load since its last look, which lags a load that has just
-    started (two busy processes next to the run: parallel kernels then wait
-    for CPUs they do not get); a load that has just ended is over at the
-    next look."""
+    """A load that started late in a long window (the first look of a run, after
+    loading) is seen by the others' runnable tasks at the look, which the mean
+    hardly shows (two busy processes next to the run: parallel kernels then
+    wait for CPUs they do not get); in a run's frequent looks the mean alone
+    decides, so a task runnable at the instant of a look changes nothing, and a
+    load that has just ended is over at the next look."""
     cpus = os.cpu_count() or 1
     if cpus < 2 or config.numba.get_num_threads() < 2:
         return
@@ -144,15 +146,22 @@ def test_load_check_sees_a_load_that_has_just_started(monkeypatch):
     big = config.PARALLEL_WORK
     m.run(5.0, 1, 0.0)                                          # idle: the caller alone runs
     assert config._busy() == 0.0 and config.want_parallel(big)
-    m.runnable = 1 + cpus                                       # just started: cpus others runnable
+    m.run(3.0, 1, 0.0)
+    m.run(0.2, 1, cpus)                                         # started 0.2 s before the look
+    m.runnable = 1 + cpus
     assert config._busy() == cpus and not config.want_parallel(big)
-    m.run(5.0, 1, cpus)                                         # ... and running since
-    m.runnable = 1                                              # ended just now
-    assert config._busy() == cpus and not config.want_parallel(big)  # the window still holds it
-    m.run(0.05, 1, 0.0)                                         # too short a window to read: kept
-    assert config._busy() == cpus
-    m.run(0.5, 1, 0.0)                                          # over at the next readable window
+    m.run(0.25, 1, cpus)                                        # the next look: a short window
+    assert config._busy() == cpus and not config.want_parallel(big)
+    m.run(0.25, 1, 0.0)                                         # ended
+    m.runnable = 1
     assert config._busy() == 0.0 and config.want_parallel(big)
+    m.run(0.25, 1, 0.0)
+    m.runnable = 2                                              # another task runnable at the instant
+    assert config._busy() == 0.0 and config.want_parallel(big)
+    m.run(0.05, 1, cpus)                                        # too short a window to read: kept
+    assert config._busy() == 0.0
+    m.run(0.25, 1, cpus)
+    assert config._busy() == pytest.approx(cpus * 0.3 / 0.3)    # read over the whole 0.3 s since the last
 
 
 def test_load_check_reads_this_machine():

@@ -272,6 +272,9 @@ LOAD_LOOK_S: float = 0.25
 #: (``/proc/stat`` counts in clock ticks, 10 ms on Linux): the previous
 #: estimate of the others' load is kept
 MIN_WINDOW_S: float = 0.1
+#: a window longer than this also takes the others' runnable tasks at the
+#: instant of the look (see :func:`_busy`)
+INSTANT_WINDOW_S: float = 1.0
 
 
 def _cpu_times():
@@ -311,9 +314,9 @@ try:
     _CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
 except (AttributeError, ValueError, OSError):
     _CLK_TCK = 100.0
-#: the last sample of :func:`_cpu_times` and the others' mean load over the
-#: window that ended there (first sample: when this module is imported, so the
-#: first look has a window - the data loading before a run's first kernel)
+#: the last sample of :func:`_cpu_times` and :func:`_busy`'s reading then
+#: (first sample: when this module is imported, so the first look has a
+#: window - the data loading before a run's first kernel)
 _window: list = [None, 0.0]
 try:
     _window[0] = _cpu_times()
@@ -323,36 +326,40 @@ except (OSError, ValueError):
 
 def _busy() -> float:
     """How many CPUs other work keeps busy - other processes only, never this
-    one: the larger of
+    one:
 
     * the others' mean load since the previous look: the CPU time the whole
       machine spent busy (``/proc/stat``) minus this process's own
-      (``time.process_time``, all its threads), over the wall time;
-    * the others' runnable tasks right now (``/proc/loadavg``'s fourth field
-      minus this process's running threads), which sees a load that has just
-      started.
+      (``time.process_time``, all its threads), over the wall time (a look
+      within :data:`MIN_WINDOW_S` of the last one gets the last reading);
+    * after a long window (over :data:`INSTANT_WINDOW_S`, or none yet), at
+      least the others' runnable tasks right now (``/proc/loadavg``'s fourth
+      field minus this process's running threads): a load that started late
+      in a long window hardly moves its mean.  In a run's frequent looks the
+      mean alone decides, so a task that happens to be runnable at the
+      instant of a look does not turn kernels serial.
 
     The 1-minute load average, used before, counts this process too: on an
-    idle 2-core machine a long run's own parallel kernels raised it to 1.47 in
-    70 s, above the 1.5 - 0.5 the check allows, and about 40 % of the kernel
-    calls after that ran serial with the machine otherwise idle
-    (``benchmarks/load_check.py``, fifteenth session).  Where ``/proc`` is
-    missing (not Linux), the 1-minute load average stands in, with that
-    bias."""
+    idle 2-core machine a run's own parallel kernels raised it to 1.5 within
+    100 s, and from then on whole 10-second windows ran most kernel calls
+    serial (14 of 136 calls parallel in one) with the machine otherwise idle
+    (``benchmarks/load_check.py --rule loadavg``, fifteenth session).  Where
+    ``/proc`` is missing (not Linux), the 1-minute load average stands in,
+    with that bias."""
     try:
-        with open("/proc/loadavg") as f:
-            fields = f.read().split()
-        now = max(0.0, float(int(fields[3].split("/")[0]) - _own_running()))
         cur = _cpu_times()
+        prev = _window[0]
+        long_window = prev is None or cur[0] - prev[0] > INSTANT_WINDOW_S
+        if long_window:
+            with open("/proc/loadavg") as f:
+                fields = f.read().split()
+            now = max(0.0, float(int(fields[3].split("/")[0]) - _own_running()))
     except (OSError, ValueError, IndexError):
         return os.getloadavg()[0]
-    prev = _window[0]
-    if prev is None:
-        _window[0] = cur
-    elif cur[0] - prev[0] >= MIN_WINDOW_S:
-        others = (cur[1] - prev[1]) - (cur[2] - prev[2])
-        _window[0], _window[1] = cur, max(0.0, others / (cur[0] - prev[0]))
-    return max(now, _window[1])
+    if prev is None or cur[0] - prev[0] >= MIN_WINDOW_S:
+        mean = 0.0 if prev is None else max(0.0, ((cur[1] - prev[1]) - (cur[2] - prev[2])) / (cur[0] - prev[0]))
+        _window[0], _window[1] = cur, max(now, mean) if long_window else mean
+    return _window[1]
 
 
 def machine_has_idle_cores() -> bool:
