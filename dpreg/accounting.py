@@ -723,7 +723,7 @@ class RdpAccountant(Accountant):
         """dp-accounting's conversion of the curve ``rdp`` at ``self.delta``:
         (epsilon, the order attaining it); memoised process-wide by the
         curve's bytes, the orders and delta (a pure function: a run of the
-        same plan converts the same curves again, 0.2 ms each)."""
+        same plan converts the same curves again)."""
         if not np.any(rdp):
             return 0.0, float(self._orders[0])
         r = np.ascontiguousarray(rdp, dtype=float)

@@ -269,8 +269,8 @@ _load = [-1.0, 0.0]  # (time of the last look, whether the machine had idle core
 #: seconds a look at the machine's load is reused
 LOAD_LOOK_S: float = 0.25
 #: a window of the machine's CPU time shorter than this is too coarse to read
-#: (``/proc/stat`` counts in clock ticks, 10 ms on Linux): the previous
-#: estimate of the others' load is kept
+#: (``/proc/stat`` counts in clock ticks, 10 ms on Linux): the last reading
+#: of the others' load is kept
 MIN_WINDOW_S: float = 0.1
 #: a window longer than this also takes the others' runnable tasks at the
 #: instant of the look (see :func:`_busy`)
@@ -370,9 +370,10 @@ def machine_has_idle_cores() -> bool:
     waits at its end for its slowest thread: with one busy process beside it
     on 2 CPUs, dp-spider's race run took 220 ms with the parallel kernels
     and 122 ms with the serial ones (idle: 63 and 121 ms;
-    ``benchmarks/load_check.py --compare 1``, fifteenth session).  True where the platform gives no load information.
-    Not cached: :func:`want_parallel` keeps its own look for
-    :data:`LOAD_LOOK_S` seconds."""
+    ``benchmarks/load_check.py --compare 1``, fifteenth session).  True
+    where the platform gives no load information.  Not cached:
+    :func:`want_parallel` keeps its own look for :data:`LOAD_LOOK_S`
+    seconds."""
     cpus = os.cpu_count() or 1
     try:
         return _busy() < cpus - min(numba.get_num_threads(), cpus) + 0.5

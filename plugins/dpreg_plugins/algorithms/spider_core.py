@@ -306,7 +306,7 @@ def _compress(events: Iterable) -> list:
 
 #: :func:`_dry_run`'s answers, by its arguments: a calibration asks for the same
 #: trial multipliers again in every run of the same plan (seeds of a sweep, a
-#: repeated run), and a dry run builds a mechanism per phase kind (0.1 ms each)
+#: repeated run), and a dry run builds a mechanism per phase kind
 _DRY_RUNS: dict = {}
 
 
@@ -406,7 +406,7 @@ class PrepaidAccountant:
         self._left = {e: [int(c)] for e, c in planned.items()}
         #: the event last charged and its cell: a release of k adds charges one event
         #: object k times (interfaces.charge), looked up once instead of k times
-        #: (an event's hash is computed anew each time: 0.5 us for a subsampled Gaussian)
+        #: (an event's hash is computed anew each time)
         self._last = self._last_cell = None
 
     @property
