@@ -8,10 +8,11 @@ gaussian noise, ``bench_end_to_end.race_setup``) back to back for
 calls that asked, how many of them were told parallel, the median run time,
 the 1-minute load average and ``_busy``'s reading.
 
-``--rule loadavg`` replaces ``_busy`` by the rule of the fourteenth session
-and before (the larger of the 1-minute load average and the runnable tasks
-minus one), which counts the run's own threads as other work: reproduce
-with it the serial calls that rule gave a long run.  ``--spin K`` starts K
+``--rule loadavg`` restores the rule of the fourteenth session and before
+(parallel while the larger of the 1-minute load average and the runnable
+tasks minus one is below the CPU count minus one half), which counts the
+run's own threads as other work: reproduce with it the serial calls that
+rule gave a long run.  ``--spin K`` starts K
 busy processes halfway through, so the table also shows the check seeing
 real other work.
 
@@ -62,8 +63,9 @@ def main(argv=None) -> None:
     from bench_end_to_end import busy, race_setup
     from dpreg_kernels import config
 
-    if a.rule == "loadavg":
+    if a.rule == "loadavg":  # the former load and the former threshold (the CPU count minus one half)
         config._busy = loadavg_rule
+        config.machine_has_idle_cores = lambda: loadavg_rule() < (os.cpu_count() or 1) - 0.5
     pb, run = race_setup("dp-spider")
     pb._k.clipped_sum.parallel  # noqa: B018 (the parallel variant compiled or loaded: a warm cache)
     asked = []
