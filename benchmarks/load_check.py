@@ -46,6 +46,11 @@ def loadavg_rule() -> float:
     return max(float(fields[0]), float(int(fields[3].split("/")[0]) - 1))
 
 
+def reading(b) -> str:
+    """The check's reading as the table prints it (n/a without /proc)."""
+    return "n/a" if b is None else f"{b:.2f}"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=150.0)
@@ -96,7 +101,7 @@ def main(argv=None) -> None:
                 spinning = True
             if now >= end:
                 print(f"| {now - t0:.0f} | {len(times)} | {sum(asked)}/{len(asked)} | "
-                      f"{1e3 * float(np.median(times)):.1f} | {os.getloadavg()[0]:.2f} | {config._busy():.2f} |",
+                      f"{1e3 * float(np.median(times)):.1f} | {os.getloadavg()[0]:.2f} | {reading(config._busy())} |",
                       flush=True)
                 times.clear()
                 asked.clear()

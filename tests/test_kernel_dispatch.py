@@ -164,6 +164,25 @@ def test_load_check_sees_a_load_that_has_just_started(monkeypatch):
     assert config._busy() == pytest.approx(cpus * 0.3 / 0.3)    # read over the whole 0.3 s since the last
 
 
+def test_load_check_without_proc_falls_back_to_the_load_average(monkeypatch):
+    """Without /proc (not Linux) the former rule stands in: the 1-minute load
+    average (which counts this process too) below the CPU count minus one
+    half; with no load information at all, parallel kernels are allowed."""
+    cpus = os.cpu_count() or 1
+
+    def no_proc():
+        raise OSError("no /proc/stat")
+
+    monkeypatch.setattr(config, "_cpu_times", no_proc)
+    assert config._busy() is None
+    monkeypatch.setattr(config.os, "getloadavg", lambda: (cpus - 0.4, 0.0, 0.0))
+    assert not config.machine_has_idle_cores()
+    monkeypatch.setattr(config.os, "getloadavg", lambda: (cpus - 0.6, 0.0, 0.0))
+    assert config.machine_has_idle_cores()
+    monkeypatch.delattr(config.os, "getloadavg")
+    assert config.machine_has_idle_cores()
+
+
 def test_load_check_reads_this_machine():
     """On Linux the check reads /proc without error: a finite, non-negative
     load, this process's own running threads among the runnable ones."""

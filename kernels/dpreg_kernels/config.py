@@ -324,9 +324,9 @@ except (OSError, ValueError):
     pass
 
 
-def _busy() -> float:
+def _busy() -> float | None:
     """How many CPUs other work keeps busy - other processes only, never this
-    one:
+    one (None where there is no ``/proc``):
 
     * the others' mean load since the previous look: the CPU time the whole
       machine spent busy (``/proc/stat``) minus this process's own
@@ -343,9 +343,7 @@ def _busy() -> float:
     idle 2-core machine a run's own parallel kernels raised it to 1.5 within
     100 s, and from then on whole 10-second windows ran most kernel calls
     serial (14 of 136 calls parallel in one) with the machine otherwise idle
-    (``benchmarks/load_check.py --rule loadavg``, fifteenth session).  Where
-    ``/proc`` is missing (not Linux), the 1-minute load average stands in,
-    with that bias."""
+    (``benchmarks/load_check.py --rule loadavg``, fifteenth session)."""
     try:
         cur = _cpu_times()
         prev = _window[0]
@@ -355,7 +353,7 @@ def _busy() -> float:
                 fields = f.read().split()
             now = max(0.0, float(int(fields[3].split("/")[0]) - _own_running()))
     except (OSError, ValueError, IndexError):
-        return os.getloadavg()[0]
+        return None
     if prev is None or cur[0] - prev[0] >= MIN_WINDOW_S:
         mean = 0.0 if prev is None else max(0.0, ((cur[1] - prev[1]) - (cur[2] - prev[2])) / (cur[0] - prev[0]))
         _window[0], _window[1] = cur, max(now, mean) if long_window else mean
@@ -370,14 +368,19 @@ def machine_has_idle_cores() -> bool:
     waits at its end for its slowest thread: with one busy process beside it
     on 2 CPUs, dp-spider's race run took 220 ms with the parallel kernels
     and 122 ms with the serial ones (idle: 63 and 121 ms;
-    ``benchmarks/load_check.py --compare 1``, fifteenth session).  True
-    where the platform gives no load information.  Not cached:
+    ``benchmarks/load_check.py --compare 1``, fifteenth session).  Without
+    ``/proc`` (not Linux) the former rule stands in: the 1-minute load
+    average, which counts this process too, below the CPU count minus one
+    half; True where the platform gives no load information at all.  Not cached:
     :func:`want_parallel` keeps its own look for :data:`LOAD_LOOK_S`
     seconds."""
     cpus = os.cpu_count() or 1
-    try:
-        return _busy() < cpus - min(numba.get_num_threads(), cpus) + 0.5
-    except OSError:  # no load information on this platform
+    others = _busy()
+    if others is not None:
+        return others < cpus - min(numba.get_num_threads(), cpus) + 0.5
+    try:  # no /proc (not Linux): the 1-minute load average, this process included, as before
+        return os.getloadavg()[0] < cpus - 0.5
+    except (OSError, AttributeError):  # no load information at all (Windows)
         return True
 
 
