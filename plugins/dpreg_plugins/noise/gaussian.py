@@ -47,7 +47,7 @@ class GaussianMechanism(NoiseMechanism):
 
     def draw_phases(self, phases, *, reset_first: bool = True) -> np.ndarray:
         """:meth:`NoiseMechanism.draw_phases` in one pass: every phase's adds
-        checked against the horizon first (an error charges and draws
+        checked against the horizon first (a phase past it charges and draws
         nothing), then one charge call per participation for all its adds,
         the resets, and one draw of all the standard normals from the
         generator - the numbers the phase-by-phase draws give (numpy's normals
