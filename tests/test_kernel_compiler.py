@@ -95,3 +95,20 @@ def test_every_kernel_is_made_with_the_kernel_compiler():
     for h in helpers:
         assert _pipeline(h) is pipeline
         assert h.targetoptions["no_cpython_wrapper"]  # compiled-code callees only: no Python entry point
+
+
+def test_the_package_cache_locator_names_the_source_file():
+    """numba's cache locator for the kernels' package keeps the source file's name,
+    which numba reads when it warns that a function cannot be cached (without it
+    the warning was an AttributeError that stopped the compile)."""
+    from numba.core import caching
+
+    from dpreg_kernels import linear_model
+
+    if not config.CACHE:
+        return
+    cls = next(c for c in caching.CacheImpl._locator_classes if c.__qualname__.endswith("PackageLocator"))
+    py_func = linear_model._row_sqnorms
+    loc = cls.from_function(py_func, linear_model.__file__)
+    assert loc is not None and loc._py_file == linear_model.__file__
+    assert cls.from_function(test_the_package_cache_locator_names_the_source_file, __file__) is None  # not ours

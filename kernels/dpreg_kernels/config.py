@@ -141,6 +141,9 @@ def _stamp_package_caches() -> None:
     class PackageLocator(caching._CacheLocator):  # noqa: SLF001 - numba's locator interface
         def __init__(self, inner):
             self._inner = inner
+            # numba names the source file from here when it warns that a function cannot be
+            # cached (check_cachable); without it that warning was an AttributeError
+            self._py_file = getattr(inner, "_py_file", None)
 
         def ensure_cache_path(self):
             self._inner.ensure_cache_path()
