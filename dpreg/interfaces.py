@@ -314,14 +314,15 @@ class NoiseMechanism(ABC):
 
     @classmethod
     def draws_as_it_adds(cls) -> bool:
-        """Whether a caller may use :meth:`draw` in place of :meth:`add`:
-        :attr:`independent_adds`, and ``draw`` defined by the class that defines
-        ``add`` - a subclass that changes ``add`` alone (an instrumented or
-        audited mechanism, ``dpreg audit``'s faults) is used through ``add``."""
+        """Whether a caller may use :meth:`draw` and :meth:`draw_phases` in
+        place of :meth:`add`: :attr:`independent_adds`, and all three defined
+        by one class - a subclass that changes one of them alone (an
+        instrumented or audited mechanism, ``dpreg audit``'s faults) is used
+        through ``add``."""
         def owner(name):
             return next(k for k in cls.__mro__ if name in k.__dict__)
 
-        return bool(cls.independent_adds) and owner("draw") is owner("add")
+        return bool(cls.independent_adds) and owner("draw") is owner("add") is owner("draw_phases")
 
     def draw(self, k: int, participation: Participation) -> np.ndarray:
         """Only where :attr:`independent_adds`: the noise of the next ``k`` adds

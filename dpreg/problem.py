@@ -362,9 +362,9 @@ class Problem:
             tuple(self._csr) if sparse else (self.X,), self.y, self._nx, np.ascontiguousarray(rows, dtype=np.int64),
             np.ascontiguousarray(offsets, dtype=np.int64), bool(full1), row_work, float(par_work), self._vec(w0), wp,
             noise1, noise2, float(sens1), float(scale1), float(z2), float(factor), bool(separate), _inner(clip),
-            1.0 - CLIP_MARGIN, float(smoothness), float(diff_cap) if diff_cap is not None else np.inf, float(denom1), float(denom2), float(step),
-            float(radius) if radius is not None else 0.0, int(phase), self._psi_ref, self._psi_params,
-            self._refs[1], self._dphi_block, W, gn, sens, ncl)
+            1.0 - CLIP_MARGIN, float(smoothness), float(diff_cap) if diff_cap is not None else np.inf, float(denom1),
+            float(denom2), float(step), float(radius) if radius is not None else 0.0, int(phase), self._psi_ref,
+            self._psi_params, self._refs[1], self._dphi_block, W, gn, sens, ncl)
         if wanted and not parallel:  # serial where parallel was wanted: counts towards compiling it (Kernel.pick)
             ck.serial_large_s += time.thread_time() - t0
         return w, wp, W, gn, sens, ncl

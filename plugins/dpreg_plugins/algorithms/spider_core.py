@@ -31,6 +31,7 @@ arguments stay; new arguments are keyword-only with defaults.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Sequence
@@ -48,9 +49,16 @@ def norm2(v: np.ndarray) -> float:
     """The Euclidean norm of ``v``, summed in index order: the norm of the
     compiled steps (:func:`dpreg_kernels.spider.norm2`), so the step-at-a-time
     and compiled loops give the same numbers."""
+    return float(_compiled_norm2()(np.ascontiguousarray(v, dtype=np.float64)))
+
+
+@functools.cache
+def _compiled_norm2():
+    """:func:`dpreg_kernels.spider.norm2`, imported (and loaded or compiled) on
+    first use, not when this module is imported; then looked up once."""
     from dpreg_kernels.spider import norm2 as compiled
 
-    return float(compiled(np.ascontiguousarray(v, dtype=np.float64)))
+    return compiled
 
 
 

@@ -39,11 +39,7 @@ class GaussianMechanism(NoiseMechanism):
         return self._sum.copy()
 
     def draw(self, k: int, participation: Participation) -> np.ndarray:
-        if self.steps + k > self.horizon:
-            raise RuntimeError(f"{self.name}: more than horizon={self.horizon} adds in one phase")
-        charge(self.accountant, gaussian_event(self.z), participation, label=f"{self.name} increment", count=k)
-        self.steps += k
-        return self._rng.standard_normal((int(k), self.dim))
+        return self.draw_phases([[(k, participation)]], reset_first=False)
 
     def draw_phases(self, phases, *, reset_first: bool = True) -> np.ndarray:
         """:meth:`NoiseMechanism.draw_phases` in one pass: every phase's adds
