@@ -1,7 +1,13 @@
 """The kernels' compiler pipeline (dpreg_kernels.config.kernel_compiler): LLVM's
 passes run at KERNEL_OPT for the kernels' own lowering only, numba's level is
-restored afterwards (also when lowering fails), and every kernel is made with it."""
+restored afterwards (also when lowering fails), every kernel is made with it, and
+a helper without entry points gets IR for its callers but no machine code of its
+own, also when it comes from numba's on-disk cache."""
 from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
 
 import numba
 import numpy as np
@@ -82,11 +88,10 @@ def _pipeline(dispatcher):
 
 
 def test_every_kernel_is_made_with_the_kernel_compiler():
-    """(plain numba.njit, no pipeline, when DPREG_KERNEL_OPT is numba's own level)"""
     import dpreg_kernels.linear_model as lm
     import dpreg_kernels.sparse as sp
 
-    pipeline = config.kernel_compiler() if config.KERNEL_OPT != int(nconfig.OPT) else None
+    pipeline = config.kernel_compiler()
     kernels = [k for mod in (lm, sp) for k in vars(mod).values() if isinstance(k, lm.Kernel)]
     assert len(kernels) >= 8
     for k in kernels:
@@ -112,3 +117,97 @@ def test_the_package_cache_locator_names_the_source_file():
     loc = cls.from_function(py_func, linear_model.__file__)
     assert loc is not None and loc._py_file == linear_model.__file__
     assert cls.from_function(test_the_package_cache_locator_names_the_source_file, __file__) is None  # not ours
+
+
+def _helpers():
+    """Two chained helpers (one raises) and a kernel that calls them, compiled without the cache."""
+
+    @config.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+    def inner(a, i):
+        if a[i] < 0.0:
+            raise ValueError("negative entry")
+        return a[i] * a[i] + 1.0
+
+    @config.njit(cache=False, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+    def outer(a):
+        s = 0.0
+        for i in range(a.shape[0]):
+            s += inner(a, i) / (i + 1.0)
+        return s
+
+    @config.njit(cache=False)
+    def kernel(a):
+        return outer(a) + outer(a[::-1].copy())
+
+    return inner, outer, kernel
+
+
+def test_a_helper_is_linked_into_its_callers_and_has_no_machine_code_of_its_own():
+    inner, outer, kernel = _helpers()
+    a = np.linspace(0.0, 2.0, 37)
+
+    def ref(v):
+        return sum((x * x + 1.0) / (i + 1.0) for i, x in enumerate(v))
+
+    assert kernel(a) == pytest.approx(ref(a) + ref(a[::-1]), rel=1e-12)
+    with pytest.raises(ValueError, match="negative entry"):  # a helper's exception reaches Python
+        kernel(a - 1.0)
+    helper_lib = config.helper_library_class()
+    for h in (inner, outer):
+        (cres,) = h.overloads.values()
+        assert isinstance(cres.library, helper_lib)
+        engine = cres.library._codegen._engine  # noqa: SLF001
+        assert not engine.is_symbol_defined(cres.fndesc.mangled_name)  # no machine code of its own
+        assert cres.library._get_module_for_linking().get_function(cres.fndesc.mangled_name)  # IR to link
+        assert not any(r.name.startswith("Module passes") for r in cres.library.recorded_timings)
+    (cres,) = kernel.overloads.values()
+    assert not isinstance(cres.library, helper_lib)  # a kernel with an entry point keeps numba's library
+    assert cres.library._codegen._engine.is_symbol_defined(cres.fndesc.mangled_name)  # noqa: SLF001
+
+
+_CACHED = """
+import numpy as np
+from dpreg_kernels import config
+
+@config.jit_inline
+def helper(a, i):
+    return a[i] * 2.0 + 1.0
+
+@config.njit(cache=True)
+def first(a):
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += helper(a, i)
+    return s
+
+@config.njit(cache=True)
+def second(a):
+    s = 0.0
+    for i in range(a.shape[0]):
+        s -= helper(a, i) * i
+    return s
+"""
+
+
+def test_a_helper_from_numbas_cache_links_into_a_new_caller(tmp_path):
+    """A helper compiled and cached in one process, loaded from the cache in the next and
+    linked into a caller that process compiles anew, gives the right result."""
+    (tmp_path / "cached_helper.py").write_text(_CACHED)
+    run = textwrap.dedent("""
+        import sys, numpy as np, cached_helper as m
+        a = np.arange(5.0)
+        f = getattr(m, sys.argv[1])
+        print(f(a), m.helper.stats.cache_hits.total() if hasattr(m.helper.stats.cache_hits, "total")
+              else sum(m.helper.stats.cache_hits.values()))
+    """)
+    env = {"PYTHONPATH": f"{tmp_path}:{':'.join(sys.path)}", "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+    out = []
+    for caller in ("first", "second"):
+        p = subprocess.run([sys.executable, "-c", run, caller], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        value, hits = p.stdout.split()
+        out.append((float(value), int(hits)))
+    a = np.arange(5.0)
+    assert out[0] == (float(np.sum(a * 2.0 + 1.0)), 0)  # compiled, then cached
+    assert out[1][0] == float(-np.sum((a * 2.0 + 1.0) * np.arange(5))) and out[1][1] >= 1  # from the cache

@@ -60,20 +60,84 @@ if KERNEL_OPT not in (0, 1, 2, 3):
     raise ValueError(f"DPREG_KERNEL_OPT must be 0, 1, 2 or 3, not {KERNEL_OPT}")
 
 @functools.cache
+def helper_library_class():
+    """numba code library class for the helpers (:func:`jit_inline`: no Python or C entry point).
+
+    Such a helper's code runs only inside its callers: numba links the helper's IR into each
+    caller's module (``_get_module_for_linking``) and the caller's module passes optimise it
+    there, with the caller's own code, before the caller's machine code is made.  numba's own
+    library also optimises the helper's module with its callees linked in (the module passes)
+    and makes machine code of it, which no caller ever runs: measured on the serial clipped
+    sum, 0.74 s and 0.43 s of its 3.4 s compile (``benchmarks/compile_parts.py``,
+    docs/benchmarks.md, "Sixteenth session").  This library keeps the function passes (cheap;
+    they shrink what callers link) and skips both:
+
+    * no module passes: callers link the helper's function-optimised IR and optimise it once,
+      in their own module (the kernels ran within the machine's noise of the doubly
+      optimised code, ``benchmarks/kernel_shapes.py``);
+    * the execution engine gets a stub module holding only the environment globals of the
+      helper's module: numba writes each function's environment pointer into that global
+      through the engine (``codegen.set_env``), so it must exist there; the stub's
+      (near-empty) object code is what numba's on-disk cache stores beside the linking
+      bitcode, and a helper loaded from that cache is linked into new callers as before.
+
+    Made on first use (it subclasses numba's JIT library class)."""
+    import weakref
+
+    import llvmlite.binding as ll
+    from numba.core.codegen import JITCodeLibrary
+
+    class HelperLibrary(JITCodeLibrary):
+        """A :func:`jit_inline` helper's library: IR for linking, no machine code of its own."""
+
+        def _optimize_final_module(self):
+            """Nothing: every caller optimises the helper's IR in its own module."""
+
+        def _finalize_final_module(self):
+            self._finalize_dynamic_globals()  # numba's cachability check reads them
+            self._verify_declare_only_symbols()
+            env = [str(gv) for gv in self._final_module.global_variables if gv.name.startswith("_ZN08NumbaEnv")]
+            stub = ll.parse_assembly("\n".join(env) + "\n")
+            stub.name = self._final_module.name + ".env"
+            stub.triple = self._final_module.triple
+            stub.data_layout = self._final_module.data_layout
+            # numba's object-cache hooks find the library through this (name-mangled) attribute
+            stub._CPUCodeLibrary__library = weakref.proxy(self)  # noqa: SLF001
+            self._env_module = stub  # the engine does not own the module object: keep it alive
+            self._codegen._add_module(stub)  # noqa: SLF001
+            self._codegen._scan_and_fix_unresolved_refs(stub)  # noqa: SLF001
+            with self._recorded_timings.record_legacy("Finalize object"):
+                self._codegen._engine.finalize_object()  # noqa: SLF001
+            self._finalized = True
+
+    return HelperLibrary
+
+
+@functools.cache
 def kernel_compiler():
-    """numba compiler pipeline for every kernel of this package: numba's own
-    nopython pipeline whose lowering pass runs numba's LLVM passes at
-    :data:`KERNEL_OPT` (numba reads its optimisation level from ``config.OPT``
-    when it builds each pass manager; the pass sets it for its own run only,
-    under numba's compiler lock, and restores it).  Built on first use."""
+    """numba compiler pipeline for every compiled function of this package: numba's own
+    nopython pipeline whose lowering pass
+
+    * runs numba's LLVM passes at :data:`KERNEL_OPT` (numba reads its optimisation level from
+      ``config.OPT`` when it builds each pass manager; the pass sets it for its own run only,
+      under numba's compiler lock, and restores it);
+    * gives a helper without entry points (:func:`jit_inline`) a
+      :func:`helper_library_class` library: IR for its callers, no module passes or machine
+      code of its own.
+
+    Built on first use."""
     from numba.core import config as nconfig
     from numba.core.compiler import CompilerBase, DefaultPassBuilder
     from numba.core.compiler_machinery import register_pass
     from numba.core.typed_passes import NativeLowering, NativeParforLowering
 
     def at_kernel_opt(base):
-        """``base`` (one of numba's lowering passes), run at KERNEL_OPT."""
+        """``base`` (one of numba's lowering passes), run at KERNEL_OPT, with a helper's library."""
         def run_pass(self, state):
+            if state.library is None and state.flags.no_cpython_wrapper and state.flags.no_cfunc_wrapper:
+                # numba's lowering makes the library only when none is given (as here)
+                state.library = helper_library_class()(state.targetctx.codegen(), state.func_id.func_qualname)
+                state.library.enable_object_caching()
             old = nconfig.OPT
             nconfig.OPT = nconfig._OptLevel(str(KERNEL_OPT))  # noqa: SLF001 - numba's level type
             try:
@@ -98,10 +162,9 @@ def kernel_compiler():
 
 
 def njit(*args, **kwargs):
-    """``numba.njit`` with :func:`kernel_compiler` (plain ``numba.njit`` when KERNEL_OPT is numba's own
-    level): every compiled function of this package is made with it."""
-    if KERNEL_OPT != int(numba.core.config.OPT):
-        kwargs["pipeline_class"] = kernel_compiler()
+    """``numba.njit`` with :func:`kernel_compiler`: every compiled function of this package is
+    made with it."""
+    kwargs["pipeline_class"] = kernel_compiler()
     return numba.njit(*args, **kwargs)
 
 
@@ -239,7 +302,8 @@ def jit_scalar(signature):
 def jit_inline(func):
     """Decorator for helpers called only from kernels (compiled with the
     caller's types, cached; LLVM inlines the small ones; callable from compiled code only:
-    no Python or C entry point is generated for them).  Numba-IR inlining
+    no Python or C entry point is generated for them, and no machine code or module passes of
+    their own: :func:`helper_library_class`).  Numba-IR inlining
     (``inline="always"``) was measured slower to compile for no run-time gain."""
     return njit(fastmath=_FM, cache=CACHE, no_cpython_wrapper=True, no_cfunc_wrapper=True)(func)
 
