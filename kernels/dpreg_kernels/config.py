@@ -81,11 +81,16 @@ def helper_library_class():
       (near-empty) object code is what numba's on-disk cache stores beside the linking
       bitcode, and a helper loaded from that cache is linked into new callers as before.
 
-    Made on first use (it subclasses numba's JIT library class)."""
-    import weakref
-
+    Made on first use (it subclasses numba's JIT library class, and uses only names that
+    numba 0.59 to 0.68 share); None where numba's library lacks them (numba's own library
+    is then used)."""
     import llvmlite.binding as ll
     from numba.core.codegen import JITCodeLibrary
+
+    needed = ("_optimize_final_module", "_finalize_final_module", "_finalize_dynamic_globals",
+              "_verify_declare_only_symbols", "_get_module_for_linking")
+    if not all(callable(getattr(JITCodeLibrary, name, None)) for name in needed):
+        return None
 
     class HelperLibrary(JITCodeLibrary):
         """A :func:`jit_inline` helper's library: IR for linking, no machine code of its own."""
@@ -94,21 +99,21 @@ def helper_library_class():
             """Nothing: every caller optimises the helper's IR in its own module."""
 
         def _finalize_final_module(self):
-            self._finalize_dynamic_globals()  # numba's cachability check reads them
+            """numba's finalisation, given a stub of the environment globals in place of the
+            helper's module: callers still link the module (``_get_module_for_linking``)."""
+            full = self._final_module
+            self._finalize_dynamic_globals()  # of the helper's module: numba's cachability check reads them
             self._verify_declare_only_symbols()
-            env = [str(gv) for gv in self._final_module.global_variables if gv.name.startswith("_ZN08NumbaEnv")]
+            env = [str(gv) for gv in full.global_variables if gv.name.startswith("_ZN08NumbaEnv")]
             stub = ll.parse_assembly("\n".join(env) + "\n")
-            stub.name = self._final_module.name + ".env"
-            stub.triple = self._final_module.triple
-            stub.data_layout = self._final_module.data_layout
-            # numba's object-cache hooks find the library through this (name-mangled) attribute
-            stub._CPUCodeLibrary__library = weakref.proxy(self)  # noqa: SLF001
-            self._env_module = stub  # the engine does not own the module object: keep it alive
-            self._codegen._add_module(stub)  # noqa: SLF001
-            self._codegen._scan_and_fix_unresolved_refs(stub)  # noqa: SLF001
-            with self._recorded_timings.record_legacy("Finalize object"):
-                self._codegen._engine.finalize_object()  # noqa: SLF001
-            self._finalized = True
+            stub.name = full.name + ".env"
+            stub.triple = full.triple
+            stub.data_layout = full.data_layout
+            self._final_module = stub
+            try:
+                super()._finalize_final_module()  # the engine gets the stub; numba's hooks find us
+            finally:
+                self._final_module = full
 
     return HelperLibrary
 
@@ -134,9 +139,11 @@ def kernel_compiler():
     def at_kernel_opt(base):
         """``base`` (one of numba's lowering passes), run at KERNEL_OPT, with a helper's library."""
         def run_pass(self, state):
-            if state.library is None and state.flags.no_cpython_wrapper and state.flags.no_cfunc_wrapper:
+            helper = helper_library_class()
+            if (helper is not None and state.library is None and state.flags.no_cpython_wrapper
+                    and state.flags.no_cfunc_wrapper):
                 # numba's lowering makes the library only when none is given (as here)
-                state.library = helper_library_class()(state.targetctx.codegen(), state.func_id.func_qualname)
+                state.library = helper(state.targetctx.codegen(), state.func_id.func_qualname)
                 state.library.enable_object_caching()
             old = nconfig.OPT
             nconfig.OPT = nconfig._OptLevel(str(KERNEL_OPT))  # noqa: SLF001 - numba's level type
