@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from scipy.integrate import trapezoid  # (numpy.trapezoid needs numpy >= 2; the pins allow 1.26)
 
 
 def _vec(f):
@@ -41,4 +42,4 @@ def laplace_difference_cdf(x, b_query, b_threshold):
     dens = np.exp(-np.abs(r) / b_threshold) / (2 * b_threshold)
     z = x + r  # nu <= x + rho
     cdf = np.where(z < 0, 0.5 * np.exp(np.minimum(z, 0) / b_query), 1 - 0.5 * np.exp(-np.maximum(z, 0) / b_query))
-    return float(np.trapezoid(dens * cdf, r))
+    return float(trapezoid(dens * cdf, r))

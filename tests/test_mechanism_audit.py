@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from scipy.integrate import trapezoid  # (numpy.trapezoid needs numpy >= 2; the pins allow 1.26)
 
 from dpreg.accounting import RdpAccountant, gaussian_event, pure_dp_event
 from dpreg.interfaces import LinearModelLoss, Participation
@@ -249,9 +250,9 @@ def _above_threshold_probs(u, eps):
     out = []
     for ut in u:
         p = sf(ut + r)  # pass iff -u + nu >= rho  <=>  nu >= u + rho
-        out.append(np.trapezoid(f * alive * p, r))
+        out.append(trapezoid(f * alive * p, r))
         alive = alive * (1 - p)
-    out.append(np.trapezoid(f * alive, r))
+    out.append(trapezoid(f * alive, r))
     return np.array(out)
 
 

@@ -74,11 +74,14 @@ def _unbox_ref(typ, obj, c):
     with builder.if_else(cgutils.is_null(builder, addr), likely=False) as (generic, fast):
         with fast:
             s = cgutils.create_struct_proxy(typ)(ctx, builder)
-            s.c_addr = api.long_as_voidptr(addr)
+            fields = set(ctx.data_model_manager[typ]._fields)  # noqa: SLF001 - named as numba < 0.61 or >= 0.61 names them
+            setattr(s, "c_addr" if "c_addr" in fields else "addr", api.long_as_voidptr(addr))
             api.decref(addr)
             voidptr = ctx.get_value_type(types.voidptr)
-            s.py_addr = builder.ptrtoint(obj, voidptr)  # as numba's unbox_function_type stores it
-            s.jit_addr = ir.Constant(voidptr, None)
+            # as numba's unbox_function_type stores it
+            setattr(s, "py_addr" if "py_addr" in fields else "pyaddr", builder.ptrtoint(obj, voidptr))
+            if "jit_addr" in fields:  # numba >= 0.61: no JIT address, the C wrapper is called
+                s.jit_addr = ir.Constant(voidptr, None)
             builder.store(s._getvalue(), out)
         with generic:
             api.err_clear()  # no such attribute: not a FunctionRef
