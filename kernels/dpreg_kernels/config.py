@@ -68,8 +68,8 @@ def helper_library_class():
     there, with the caller's own code, before the caller's machine code is made.  numba's own
     library also optimises the helper's module with its callees linked in (the module passes)
     and makes machine code of it, which no caller ever runs: measured on the serial clipped
-    sum, 0.74 s and 0.43 s of its 3.4 s compile (``benchmarks/compile_parts.py``,
-    docs/benchmarks.md, "Sixteenth session").  This library keeps the function passes (cheap;
+    sum, 0.89-0.99 s and 0.45-0.63 s of its 4.1-4.7 s compile (``benchmarks/compile_parts.py``,
+    docs/benchmarks.md, "Sixteenth session"; it now compiles in 2.7-2.9 s).  This library keeps the function passes (cheap;
     they shrink what callers link) and skips both:
 
     * no module passes: callers link the helper's function-optimised IR and optimise it once,
