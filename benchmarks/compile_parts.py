@@ -7,6 +7,10 @@ module passes on the library's final module with its callees linked in, and
 "Finalize object": machine code).
 
     rm -rf /tmp/nc && NUMBA_LLVM_PASS_TIMINGS=1 NUMBA_CACHE_DIR=/tmp/nc python benchmarks/compile_parts.py
+    rm -rf /tmp/nc && NUMBA_CACHE_DIR=/tmp/nc python benchmarks/compile_parts.py --parallel
+
+(``--parallel``: then the parallel variant's compile, which a long run makes once it wants it,
+``dpreg_kernels.config.PARALLEL_AMORTIZE_S``; the helpers are then already compiled.)
 
 Run it on an empty cache (numba records nothing for code it loads) and with
 ``NUMBA_LLVM_PASS_TIMINGS=1`` (else the LLVM columns are empty).  Seconds are
@@ -20,6 +24,7 @@ line sums what the helpers' own libraries still spend on the two.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import numpy as np
@@ -65,6 +70,10 @@ def main() -> None:
             print(f"| {name} | {stage('type_inference'):.2f} | {stage('lowering'):.2f} | {fn:.3f} | {mod:.3f} "
                   f"| {obj:.3f} |")
     print(f"\nmodule passes and machine code of the helpers' own libraries (callers link their IR): {code:.2f} s")
+    if "--parallel" in sys.argv[1:]:
+        t = time.process_time()
+        pb._k.clipped_sum.fast(True)
+        print(f"\nparallel clipped sum, after the serial one: {time.process_time() - t:.2f} s of CPU to compile")
 
 
 if __name__ == "__main__":

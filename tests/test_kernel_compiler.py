@@ -211,3 +211,46 @@ def test_a_helper_from_numbas_cache_links_into_a_new_caller(tmp_path):
     a = np.arange(5.0)
     assert out[0] == (float(np.sum(a * 2.0 + 1.0)), 0)  # compiled, then cached
     assert out[1][0] == float(-np.sum((a * 2.0 + 1.0) * np.arange(5))) and out[1][1] >= 1  # from the cache
+
+
+def test_a_parallel_kernels_loop_parts_have_no_machine_code_of_their_own(monkeypatch):
+    """The libraries of a prange loop's parts (the gufunc kernel and its two wrappers) are
+    helper libraries, the kernel's own is numba's, the result is right, and numba's
+    create_library is its own again afterwards, also when the lowering fails."""
+    helper = config.helper_library_class()
+    made = []
+    init = helper.__init__
+
+    def recording(self, codegen, name, **kwargs):
+        made.append(name)
+        init(self, codegen, name, **kwargs)
+
+    monkeypatch.setattr(helper, "__init__", recording)
+
+    @config.njit("float64(float64[::1])", parallel=config.PARALLEL, cache=False)
+    def f(a):
+        s = 0.0
+        for i in numba.prange(a.shape[0]):
+            s += a[i] * a[i]
+        return s
+
+    assert f(np.arange(1000.0)) == float(np.sum(np.arange(1000.0) ** 2))
+    assert any(n.startswith("__numba_parfor_gufunc_") for n in made)
+    assert "parallelgufuncwrapper" in made and any("_GufuncWrapper" in n for n in made)
+    (cres,) = f.overloads.values()
+    assert not isinstance(cres.library, helper)
+    codegen = cres.target_context.codegen()
+    assert "create_library" not in vars(codegen)
+
+    level = _probe([], fail=True)
+
+    @config.njit(parallel=config.PARALLEL, cache=False)
+    def g(a):
+        s = 0.0
+        for i in numba.prange(a.shape[0]):
+            s += level(a[i])
+        return s
+
+    with pytest.raises(Exception, match="lowering failed on purpose"):
+        g(np.arange(4.0))
+    assert "create_library" not in vars(codegen)

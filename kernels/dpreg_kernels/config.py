@@ -118,6 +118,29 @@ def helper_library_class():
     return HelperLibrary
 
 
+#: names numba gives the code libraries of a ``prange`` loop's parts: the loop body compiled as a
+#: gufunc kernel, its gufunc wrapper and the parallel-for wrapper (numba.parfors.parfor_lowering,
+#: numba.np.ufunc.wrappers, numba.np.ufunc.parallel)
+_PARFOR_PART_LIBRARIES = ("__numba_parfor_gufunc_", "<numba.np.ufunc.wrappers._GufuncWrapper ",
+                          "parallelgufuncwrapper")
+
+
+def _parfor_parts_library(codegen, helper):
+    """``codegen.create_library`` while a parallel kernel is lowered: the libraries of its
+    ``prange`` loop's parts (:data:`_PARFOR_PART_LIBRARIES`) are ``helper`` libraries, every
+    other library numba's own.  numba links each part's IR into the next and the last into
+    the kernel (``add_linking_library``), and calls none of their machine code: the kernel's
+    module holds all of it.  Made on the compiler lock, which numba holds while it lowers."""
+    own = codegen.create_library
+
+    def create_library(name, **kwargs):
+        if isinstance(name, str) and name.startswith(_PARFOR_PART_LIBRARIES):
+            return helper(codegen, name, **kwargs)
+        return own(name, **kwargs)
+
+    return create_library
+
+
 @functools.cache
 def kernel_compiler():
     """numba compiler pipeline for every compiled function of this package: numba's own
@@ -137,20 +160,31 @@ def kernel_compiler():
     from numba.core.typed_passes import NativeLowering, NativeParforLowering
 
     def at_kernel_opt(base):
-        """``base`` (one of numba's lowering passes), run at KERNEL_OPT, with a helper's library."""
+        """``base`` (one of numba's lowering passes), run at KERNEL_OPT, with a helper's library
+        for a helper and for the parts a ``prange`` loop is compiled into."""
         def run_pass(self, state):
             helper = helper_library_class()
+            codegen = state.targetctx.codegen()
             if (helper is not None and state.library is None and state.flags.no_cpython_wrapper
                     and state.flags.no_cfunc_wrapper):
                 # numba's lowering makes the library only when none is given (as here)
-                state.library = helper(state.targetctx.codegen(), state.func_id.func_qualname)
+                state.library = helper(codegen, state.func_id.func_qualname)
                 state.library.enable_object_caching()
+            parfor_parts = helper is not None and base is NativeParforLowering
+            if parfor_parts:
+                before = codegen.__dict__.get("create_library")  # None: numba's own method
+                codegen.create_library = _parfor_parts_library(codegen, helper)
             old = nconfig.OPT
             nconfig.OPT = nconfig._OptLevel(str(KERNEL_OPT))  # noqa: SLF001 - numba's level type
             try:
                 return base.run_pass(self, state)
             finally:
                 nconfig.OPT = old
+                if parfor_parts:
+                    if before is None:
+                        del codegen.create_library
+                    else:
+                        codegen.create_library = before
 
         cls = type(f"Kernel{base.__name__}", (base,), {"_name": f"dpreg_{base._name}", "run_pass": run_pass})
         return register_pass(mutates_CFG=True, analysis_only=False)(cls)
