@@ -365,13 +365,16 @@ PARALLEL_WORK: int = int(os.environ.get("DPREG_PARALLEL_WORK", str(1 << 16)))
 #: A kernel whose parallel variant is neither compiled in this process nor in
 #: numba's on-disk cache runs its serial variant, even where
 #: :func:`want_parallel` says parallel, until those serial calls have taken
-#: this many CPU seconds in the process: compiling a parallel variant costs 1-4 s
-#: of CPU (measured: docs/benchmarks.md, "First run"), more than a short
-#: run's whole kernel time, so it is bought only once the work has shown it
-#: pays (the ski-rental rule).  Serial and parallel variants give
+#: this many CPU seconds in the process: compiling a parallel variant costs about
+#: this much CPU (the parallel clipped sum, after the serial one: 1.1-1.2 s on the
+#: 2-vCPU Zen 4 machine since the sixteenth session, 2.8-3.0 s before it;
+#: ``python benchmarks/compile_parts.py --parallel``, docs/benchmarks.md), more than a
+#: short run's whole kernel time, so it is bought only once the work has shown it
+#: pays (the ski-rental rule: rent until the rent paid equals the price; it was 3 s
+#: while the compile cost that).  Serial and parallel variants give
 #: bit-identical results, so the switch never changes a run.
 #: ``DPREG_PARALLEL_AMORTIZE_S=0``: compile it as soon as it is wanted.
-PARALLEL_AMORTIZE_S: float = float(os.environ.get("DPREG_PARALLEL_AMORTIZE_S", "3"))
+PARALLEL_AMORTIZE_S: float = float(os.environ.get("DPREG_PARALLEL_AMORTIZE_S", "1.5"))
 
 _load = [-1.0, 0.0]  # (time of the last look, whether the machine had idle cores)
 #: seconds a look at the machine's load is reused
