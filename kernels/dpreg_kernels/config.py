@@ -151,7 +151,9 @@ def kernel_compiler():
       under numba's compiler lock, and restores it);
     * gives a helper without entry points (:func:`jit_inline`) a
       :func:`helper_library_class` library: IR for its callers, no module passes or machine
-      code of its own.
+      code of its own;
+    * in a parallel kernel, gives the parts numba compiles a ``prange`` loop into such
+      libraries too (:func:`_parfor_parts_library`).
 
     Built on first use."""
     from numba.core import config as nconfig
