@@ -130,7 +130,9 @@ def _parfor_parts_library(codegen, helper):
     ``prange`` loop's parts (:data:`_PARFOR_PART_LIBRARIES`) are ``helper`` libraries, every
     other library numba's own.  numba links each part's IR into the next and the last into
     the kernel (``add_linking_library``), and calls none of their machine code: the kernel's
-    module holds all of it.  Made on the compiler lock, which numba holds while it lowers."""
+    module holds all of it.  (numba also makes a Python function object for the gufunc kernel and
+    files it in its registry of compiled functions; nothing calls it, and it now has no machine
+    code behind it.)  Made on the compiler lock, which numba holds while it lowers."""
     own = codegen.create_library
 
     def create_library(name, **kwargs):
