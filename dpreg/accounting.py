@@ -565,10 +565,36 @@ def rdp_cache_info():
     return _atom_rdp.cache_info()
 
 
+#: the process-wide memos of :func:`calibration_memo`, which :func:`clear_rdp_cache` empties
+_CALIBRATION_MEMOS: list = []
+
+
+def calibration_memo(fn):
+    """``functools.lru_cache`` (4096 entries) of ``fn``, a pure function that a noise
+    calibration asks again in every run of the same plan (a sweep's seeds, a repeated run),
+    registered so that :func:`clear_rdp_cache` forgets it with the curves.  Callers that
+    mutate an answer must copy it."""
+    memo = functools.lru_cache(maxsize=4096)(fn)
+    _CALIBRATION_MEMOS.append(memo)
+    return memo
+
+
 def clear_rdp_cache() -> None:
-    """Forget every cached RDP curve (benchmarks measure a cold calibration)."""
+    """Forget every cached RDP curve and every :func:`calibration_memo` answer
+    (benchmarks measure a cold calibration)."""
     _atom_rdp.cache_clear()
     _search_curve.cache_clear()
+    for memo in _CALIBRATION_MEMOS:
+        memo.cache_clear()
+
+
+@calibration_memo
+def _epsilon_and_order(orders: tuple, delta: float, rdp: bytes) -> tuple[float, float]:
+    """dp-accounting's conversion of the RDP curve ``rdp`` (float64 bytes, one value per
+    order) at ``delta``: (epsilon, the order attaining it)."""
+    eps, order = _dpa().rdp.rdp_privacy_accountant.compute_epsilon(
+        np.asarray(orders, dtype=float), np.frombuffer(rdp, dtype=np.float64), delta)
+    return float(eps), float(order)
 
 
 class RdpAccountant(Accountant):
@@ -722,20 +748,12 @@ class RdpAccountant(Accountant):
     def _eps_order(self, rdp: np.ndarray) -> tuple[float, float]:
         """dp-accounting's conversion of the curve ``rdp`` at ``self.delta``:
         (epsilon, the order attaining it); memoised process-wide by the
-        curve's bytes, the orders and delta (a pure function: a run of the
-        same plan converts the same curves again)."""
+        orders, delta and the curve's bytes (:func:`_epsilon_and_order`: a run
+        of the same plan converts the same curves again)."""
         if not np.any(rdp):
             return 0.0, float(self._orders[0])
-        r = np.ascontiguousarray(rdp, dtype=float)
-        key = (self._orders_key, float(self.delta), r.tobytes())
-        hit = _EPS_ORDER.get(key)
-        if hit is None:
-            eps, order = _dpa().rdp.rdp_privacy_accountant.compute_epsilon(self._orders, r, self.delta)
-            hit = (float(eps), float(order))
-            if len(_EPS_ORDER) >= 4096:
-                _EPS_ORDER.clear()
-            _EPS_ORDER[key] = hit
-        return hit
+        r = np.ascontiguousarray(rdp, dtype=np.float64)
+        return _epsilon_and_order(self._orders_key, float(self.delta), r.tobytes())
 
     def _eps_from(self, rdp: np.ndarray) -> float:
         return self._eps_order(rdp)[0]
@@ -789,10 +807,6 @@ class RdpAccountant(Accountant):
             self._rdp_groups[key] = new_g
             old = self._max_pass.get(key[0])
             self._max_pass[key[0]] = new_g if old is None else np.maximum(old, new_g)
-
-
-#: :meth:`RdpAccountant._eps_order`'s answers, by (orders, delta, curve bytes)
-_EPS_ORDER: dict = {}
 
 
 class _SearchRdp(RdpAccountant):

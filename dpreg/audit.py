@@ -424,20 +424,11 @@ def _fast_accountant(acc_cls):
     if not issubclass(acc_cls, (RdpAccountant, PldAccountant)):
         return acc_cls
     curves: dict = {}
-    eps_memo: dict = {}
 
-    class Memo(acc_cls):
+    class Memo(acc_cls):  # (RdpAccountant's epsilon conversions are memoised process-wide already)
         def __init__(self, *a, **kw):
             super().__init__(*a, **kw)
             self._cache = curves
-
-        if issubclass(acc_cls, RdpAccountant):
-            def _eps_order(self, rdp):
-                key = (rdp.tobytes(), self.delta)
-                v = eps_memo.get(key)
-                if v is None:
-                    v = eps_memo[key] = super()._eps_order(rdp)
-                return v
 
     Memo.__name__ = acc_cls.__name__
     Memo.__qualname__ = acc_cls.__qualname__

@@ -519,3 +519,23 @@ def test_dry_runs_are_memoised_as_computed_and_handed_out_as_copies():
         assert sc._dry_run(cls, 2.5, 4, plan, "add-remove") != b
         assert sc._dry_run(cls, 2.0, 4, spider_plan(12, 4, Participation.all(), Participation.poisson(0.1)),
                            "add-remove") != b
+
+
+def test_clearing_the_rdp_cache_forgets_the_calibration_memos():
+    """accounting.clear_rdp_cache (what a benchmark calls to time a cold calibration) empties
+    the dry-run and epsilon-conversion memos too, and they fill again on the next use."""
+    from dpreg import accounting
+    from dpreg_plugins.algorithms import spider_core as sc
+
+    plan = spider_plan(10, 4, Participation.all(), Participation.poisson(0.1))
+    sc._dry_run(GaussianMechanism, 2.0, 4, plan, "add-remove")
+    acc = accounting.RdpAccountant(epsilon=100.0, delta=1e-5)
+    acc.charge(accounting.gaussian_event(1.5))
+    acc.epsilon_spent
+    assert sc._dry_run_memo.cache_info().currsize > 0
+    assert accounting._epsilon_and_order.cache_info().currsize > 0
+    accounting.clear_rdp_cache()
+    assert sc._dry_run_memo.cache_info().currsize == 0
+    assert accounting._epsilon_and_order.cache_info().currsize == 0
+    sc._dry_run(GaussianMechanism, 2.0, 4, plan, "add-remove")
+    assert sc._dry_run_memo.cache_info().currsize == 1

@@ -38,7 +38,7 @@ from typing import Hashable, Iterable, Sequence
 
 import numpy as np
 
-from dpreg.accounting import composed, self_composed
+from dpreg.accounting import calibration_memo, composed, self_composed
 from dpreg.interfaces import NoiseMechanism, Participation
 
 __all__ = ["Release", "SpiderEstimator", "RecordingAccountant", "PrepaidAccountant", "planned_event", "prepay",
@@ -312,12 +312,6 @@ def _compress(events: Iterable) -> list:
     return [self_composed(e, c) for e, c in counts.items()]
 
 
-#: :func:`_dry_run`'s answers, by its arguments: a calibration asks for the same
-#: trial multipliers again in every run of the same plan (seeds of a sweep, a
-#: repeated run), and a dry run builds a mechanism per phase kind
-_DRY_RUNS: dict = {}
-
-
 def _dry_run(noise_cls: type[NoiseMechanism], noise_multiplier: float, horizon: int,
              phases: Sequence[tuple[int, Sequence[Participation]]], relation: str) -> tuple[Counter, list]:
     """``(global charges with their counts, charges of the most charged
@@ -325,21 +319,17 @@ def _dry_run(noise_cls: type[NoiseMechanism], noise_multiplier: float, horizon: 
     mechanism class itself, its charges counted ``repeat`` times.  A pure
     function of its arguments (a mechanism's charges depend on its
     multiplier, horizon and the participations alone: the premise of
-    :func:`planned_event`), memoised process-wide; each call gets its own
-    copies."""
+    :func:`planned_event`), memoised process-wide (a calibration asks for the
+    same trial multipliers in every run of the same plan, and a dry run builds
+    a mechanism per phase kind: :func:`dpreg.accounting.calibration_memo`);
+    each call gets its own copies."""
+    key = tuple((int(r), tuple(parts)) for r, parts in phases)
     try:
-        key = (noise_cls, float(noise_multiplier), int(horizon), relation,
-               tuple((int(r), tuple(parts)) for r, parts in phases))
-        hit = _DRY_RUNS.get(key)
+        hash(key)
     except TypeError:  # an unhashable participation group: not memoised
-        key = hit = None
-    if hit is None:
-        hit = _dry_run_now(noise_cls, noise_multiplier, horizon, phases, relation)
-        if key is not None:
-            if len(_DRY_RUNS) >= 4096:
-                _DRY_RUNS.clear()
-            _DRY_RUNS[key] = hit
-    return Counter(hit[0]), list(hit[1])
+        return _dry_run_now(noise_cls, noise_multiplier, horizon, phases, relation)
+    counts, group = _dry_run_memo(noise_cls, float(noise_multiplier), int(horizon), key, relation)
+    return Counter(counts), list(group)
 
 
 def _dry_run_now(noise_cls, noise_multiplier, horizon, phases, relation) -> tuple[Counter, list]:
@@ -362,6 +352,9 @@ def _dry_run_now(noise_cls, noise_multiplier, horizon, phases, relation) -> tupl
             if len(g) > len(worst_group):
                 worst_group = list(g)
     return global_counts, worst_group
+
+
+_dry_run_memo = calibration_memo(_dry_run_now)
 
 
 def planned_event(noise_cls: type[NoiseMechanism], noise_multiplier: float, horizon: int,
