@@ -114,15 +114,22 @@ class RunConfig:
 
 
 def _parse_name_options(spec: str) -> tuple[str, dict]:
-    """``"name:key=value,..."`` -> (name, {key: value string}) (data sets, losses, selectors)."""
+    """``"name:key=value,..."`` -> (name, {key: value string}) (data sets, losses, selectors).
+    A part without ``=`` continues the value before it: ``mlp:hidden=64,32,activation=tanh``
+    gives ``{"hidden": "64,32", "activation": "tanh"}``."""
     name, _, opts = spec.partition(":")
     kw = {}
     if opts:
+        last = None
         for part in opts.split(","):
             k, eq, v = part.partition("=")
+            if not eq and last is not None and part.strip():
+                kw[last] += "," + part.strip()
+                continue
             if not eq or not k.strip():
                 raise ParameterError(f"options must look like name:key=value,...; got {spec!r}")
-            kw[k.strip()] = v.strip()
+            last = k.strip()
+            kw[last] = v.strip()
     return name, kw
 
 
