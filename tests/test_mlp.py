@@ -56,7 +56,7 @@ def _case(registry, X, case, seed=0):
     y = _labels(head, X.shape[0], np.random.default_rng(100 + seed))
     opts = dict(hidden=hid, activation=act, head=head, delta=DELTA)
     if head == "softmax":
-        opts["classes"] = K3
+        opts["n_classes"] = K3
     pb = _problem(registry, X, y, **opts)
     sizes = [P, *hid, K3 if head == "softmax" else 1]
     return pb, y, sizes
@@ -252,7 +252,7 @@ def test_declared_constants_bound_gradient_hessian_and_hessian_lipschitz(registr
     K = K3 if head == "softmax" else 1
     opts = dict(hidden=hid, activation=act, head=head, ball=1.5, delta=0.5)
     if head == "softmax":
-        opts["classes"] = K
+        opts["n_classes"] = K
     loss = registry.get("loss", "mlp")(**opts)
     G, M, rho = loss.ball_constants()
     assert loss(**opts, init="zero").constants(0) == (G, M, rho)
@@ -297,7 +297,7 @@ def test_practical_constants_default_to_the_initial_scale_and_options_override(r
     assert mlp(init_v=4).constants(0) == (4.0, 2.0, rho)
     assert mlp(G=3, M="5").constants(0) == (3.0, 5.0, rho)
     assert mlp(init_v=0).constants(0) == mlp.ball_constants()
-    assert mlp(head="softmax", classes=10).constants(0)[:2] == (8.0, 16.0)
+    assert mlp(head="softmax", n_classes=10).constants(0)[:2] == (8.0, 16.0)
     assert mlp(head="squared").constants(0)[:2] == (8.0, 32.0)
     assert mlp(hidden="64,32").constants(0)[:2] == (8.0, 8.0)
     from dpreg.errors import ParameterError
@@ -385,7 +385,7 @@ def test_deep_layout_initial_point_and_output_shapes(registry):
     rng = np.random.default_rng(1)
     Xb = unit_rows(rng, 4000, 50)
     yb = rng.integers(0, 10, 4000).astype(float)
-    pb = _problem(registry, Xb, yb, hidden="64,32", head="softmax", classes=10, init_mid=1.5)
+    pb = _problem(registry, Xb, yb, hidden="64,32", head="softmax", n_classes=10, init_mid=1.5)
     assert pb.d == 64 * 51 + 32 * 65 + 10 * 33
     layers = pb.unpack(pb.initial_point(np.random.default_rng(2)))
     assert [W.shape for W, _ in layers] == [(64, 50), (32, 64), (10, 32)]
@@ -405,9 +405,9 @@ def test_labels_the_head_cannot_read_are_refused(registry, X):
     from dpreg.errors import DataError, ParameterError
 
     with pytest.raises(DataError, match="class indices 0..2"):
-        _problem(registry, X, np.full(N, 3.0), hidden=H, head="softmax", classes=3)
+        _problem(registry, X, np.full(N, 3.0), hidden=H, head="softmax", n_classes=3)
     with pytest.raises(DataError, match="class indices"):
-        _problem(registry, X, np.full(N, 0.5), hidden=H, head="softmax", classes=3)
+        _problem(registry, X, np.full(N, 0.5), hidden=H, head="softmax", n_classes=3)
     y = np.zeros(N)
     y[4] = np.nan
     with pytest.raises(DataError, match="finite targets"):
@@ -430,7 +430,7 @@ def test_loss_options_are_parsed_and_checked(registry):
     assert get_loss(registry, "mlp").hidden == (32,)
     assert get_loss(registry, "logistic") is registry.get("loss", "logistic")
     for bad in ("logistic:hidden=3", "mlp:hidden=0", "mlp:hidden=64,0", "mlp:hidden=6.5", "mlp:activation=relu",
-                "mlp:depth=2", "mlp:hidden", "mlp:head=hinge", "mlp:classes=4", "mlp:head=softmax,classes=1",
+                "mlp:depth=2", "mlp:hidden", "mlp:head=hinge", "mlp:n_classes=4", "mlp:head=softmax,n_classes=1",
                 "mlp:head=huber,delta=0", "mlp:init_mid=-1"):
         with pytest.raises(ParameterError):
             get_loss(registry, bad)
@@ -462,7 +462,7 @@ def test_task_binding_and_spec_round_trip(registry):
     for loss in (mlp, deep, sm, rg, hub, mlp(init="zero", radius=2, G=3)):
         again = get_loss(registry, loss.spec)
         assert again.options() == loss.options(), loss.spec
-    assert sm.spec == "mlp:hidden=64,32,activation=softplus,head=softmax,classes=10"
+    assert sm.spec == "mlp:hidden=64,32,activation=softplus,head=softmax,n_classes=10"
     assert mlp.spec == "mlp"
     assert "64-32 softplus units, softmax head over 10 classes" in sm.describe()
 

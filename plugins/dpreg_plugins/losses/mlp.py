@@ -31,7 +31,7 @@ row-major then its bias:
 * ``head``       ``logistic`` (default), ``softmax``, ``squared`` or ``huber``;
   the pipeline sets it from the task (:meth:`MLPLoss.for_task`), and binds the
   softmax head's class count K to the public label map's
-  (:meth:`MLPLoss.with_classes`); ``classes=K`` sets it by hand;
+  (:meth:`MLPLoss.with_classes`); ``n_classes=K`` sets it by hand;
 * ``delta``      Huber's delta (default 1, in the units of the transformed
   targets);
 * ``init``       ``random`` (default): :meth:`MLPProblem.initial_point` draws
@@ -150,14 +150,14 @@ def parse_hidden(v) -> tuple[int, ...]:
 
 
 class MLPLoss:
-    """Feed-forward network: hidden layers, logistic/softmax/squared/Huber head (options hidden, activation, head, classes, delta, init, init_scale, init_mid, init_v, G, M, ball, radius).
+    """Feed-forward network: hidden layers, logistic/softmax/squared/Huber head (options hidden, activation, head, n_classes, delta, init, init_scale, init_mid, init_v, G, M, ball, radius).
 
     f(w; x, y) = l(o, y), o = W_L act(... act(W_0 x + b_0) ...) + b_L; w = every layer's
     weights (row-major) then bias, in order.  Options, as --loss mlp:key=value,...:
     - hidden=32: hidden widths, e.g. hidden=64,32 (two layers); activation=tanh: tanh,
       softplus, sigmoid or silu;
     - head=logistic (binary, y = +-1), softmax (K classes; K bound from the label map, or
-      classes=K), squared or huber (regression; delta=1); set from the task by the pipeline;
+      n_classes=K), squared or huber (regression; delta=1); set from the task by the pipeline;
     - init=random: W_0 ~ N(0, init_scale^2), later hidden W ~ N(0, init_mid^2/fan_in),
       output W ~ N(0, init_v^2/fan_in), biases 0 (secret, data-independent);
       init=zero: start at the symmetric saddle w = 0 (saddle experiments);
@@ -181,7 +181,7 @@ class MLPLoss:
     dphi = staticmethod(logistic_dphi)
     d2phi = staticmethod(logistic_d2phi)
 
-    def __init__(self, hidden=32, activation="tanh", head="logistic", classes=None, delta=1.0, init="random",
+    def __init__(self, hidden=32, activation="tanh", head="logistic", n_classes=None, delta=1.0, init="random",
                  init_scale=0.01, init_mid=1.0, init_v=8.0, ball=1.0, radius=None, G=None, M=None):
         self.hidden = parse_hidden(hidden)
         if activation not in ACTIVATIONS:
@@ -190,15 +190,15 @@ class MLPLoss:
         if head not in HEADS:
             raise ParameterError(f"mlp option head must be one of {', '.join(HEADS)}, got {head!r}")
         self.head = head
-        if classes in (None, "", "none"):
+        if n_classes in (None, "", "none"):
             self.n_classes = None
         else:
-            k = _num(classes, float, "classes")
+            k = _num(n_classes, float, "n_classes")
             if k != int(k) or k < 2:
-                raise ParameterError(f"mlp option classes must be an integer >= 2, got {classes!r}")
+                raise ParameterError(f"mlp option n_classes must be an integer >= 2, got {n_classes!r}")
             self.n_classes = int(k)
         if self.n_classes is not None and head != "softmax":
-            raise ParameterError(f"mlp option classes is for head=softmax; head {head!r} has one output")
+            raise ParameterError(f"mlp option n_classes is for head=softmax; head {head!r} has one output")
         self.delta = _num(delta, float, "delta")
         if not (math.isfinite(self.delta) and self.delta > 0):
             raise ParameterError(f"mlp option delta must be a finite number > 0, got {delta!r}")
@@ -230,7 +230,7 @@ class MLPLoss:
     def options(self) -> dict:
         """Every option, as :class:`MLPLoss` takes them (``MLPLoss(**loss.options())`` is this loss)."""
         return {"hidden": self.hidden, "activation": self.activation, "head": self.head,
-                "classes": self.n_classes, "delta": self.delta, "init": self.init, "init_scale": self.init_scale,
+                "n_classes": self.n_classes, "delta": self.delta, "init": self.init, "init_scale": self.init_scale,
                 "init_mid": self.init_mid, "init_v": self.init_v, "ball": self.ball, "radius": self.radius,
                 "G": self.G, "M": self.M}
 
@@ -260,10 +260,10 @@ class MLPLoss:
     def with_classes(self, K: int) -> "MLPLoss":
         """This network with a softmax head over K classes (the size of the
         public label map); other options kept."""
-        K = _num(K, int, "classes")
+        K = _num(K, int, "n_classes")
         if K < 2:
             raise ParameterError(f"a softmax head needs at least 2 classes, got {K}")
-        return self._with(head="softmax", classes=K)
+        return self._with(head="softmax", n_classes=K)
 
     def for_task(self, task: str, K: int | None = None) -> "MLPLoss":
         """This network configured for ``task``: ``binary`` -> the logistic head,
@@ -277,12 +277,12 @@ class MLPLoss:
             return self.with_classes(K)
         if self.task == task:
             return self
-        return self._with(head=TASK_HEADS[task], classes=None)
+        return self._with(head=TASK_HEADS[task], n_classes=None)
 
     @property
     def spec(self) -> str:
         """The loss with every option that differs from the default, as a
-        ``--loss`` string that rebuilds it (``mlp:hidden=64,32,head=softmax,classes=10``)."""
+        ``--loss`` string that rebuilds it (``mlp:hidden=64,32,head=softmax,n_classes=10``)."""
         default = MLPLoss().options()
         parts = []
         for k, v in self.options().items():
@@ -309,7 +309,7 @@ class MLPLoss:
         """Layer sizes ``(p, n_0, ..., n_out)`` for p features."""
         if self.n_outputs is None:
             raise ParameterError("loss 'mlp' with head=softmax needs its number of classes: declare the labels "
-                                 "(--labels a,b,c) or give classes=K")
+                                 "(--labels a,b,c) or give n_classes=K")
         return (int(p), *self.hidden, int(self.n_outputs))
 
     # ------------------------------------------------------------ constants
@@ -413,6 +413,20 @@ class MLPLoss:
         Hz = 0.5 * (B * H + math.sqrt(B * B * H * H + 4.0 * J * J))
         Tz = 2.0 / math.sqrt(3.0) * H + B * T
         return Jz, Hz, Tz
+
+    def origin_bound(self) -> float:
+        """A public bound on F at outputs 0 minus inf F (adaptive-spider's B):
+        the head's loss at o = 0 - log 2 (logistic), log K (softmax), 1/2
+        (squared, targets in [-1, 1]), min(1/2, delta (1 - delta/2)) (Huber) -
+        as every head's loss is >= 0.  The initial point's outputs are near 0
+        (its first layer is small: ``init_scale``); reads nothing from the data."""
+        if self.head == "logistic":
+            return math.log(2.0)
+        if self.head == "softmax":
+            return math.log(self.n_classes or 2)
+        if self.head == "huber" and self.delta < 1.0:
+            return self.delta * (1.0 - 0.5 * self.delta)
+        return 0.5
 
     # no data-independent term
     def psi(self, w) -> float:
