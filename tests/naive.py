@@ -217,7 +217,7 @@ def net_act(z, activation):
     """(act, act', act'') elementwise, for every activation of the mlp loss."""
     if activation == "tanh":
         return _mlp_act(z, "tanh")
-    s = 0.5 * (1.0 + np.tanh(0.5 * z))  # the sigmoid, without overflow
+    s = np.exp(-np.logaddexp(0.0, -z))  # the sigmoid, without overflow or cancellation
     q = s * (1.0 - s)
     if activation == "softplus":
         return np.logaddexp(0.0, z), s, q

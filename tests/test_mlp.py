@@ -115,6 +115,31 @@ def test_value_outputs_gradient_hvp_match_reference_and_finite_differences(regis
     assert pb.value(w, idx) == pytest.approx(naive.net_value(sizes, act, head, X[idx], y[idx], w, DELTA), rel=1e-12)
 
 
+@pytest.mark.parametrize("act", ACTS)
+def test_activations_are_accurate_over_their_whole_range(registry, act):
+    """The kernels' vectorised activations (exp-based, a rational form for
+    small tanh arguments) against numpy, from 1e-300 to 1e3 on both sides of
+    0, at tanh's switch |z| = 0.625, and at inf and NaN: a 1-1-1 network with
+    weights 1 and biases 0 outputs act(x); and through the gradient, act'(x)."""
+    z = np.concatenate([np.geomspace(1e-300, 1e3, 400), [0.625, np.nextafter(0.625, 0), 0.0]])
+    z = np.concatenate([z, -z])
+    pb = _problem(registry, z[:, None], np.ones(len(z)), hidden=1, activation=act, head="squared")
+    w = np.array([1.0, 0.0, 1.0, 0.0])
+    a, s1, _ = naive.net_act(z, act)
+    np.testing.assert_allclose(pb.decision_function(w), a, rtol=2e-15, atol=1e-300)  # a few ulp
+    # d/dv of (o - y)^2/2 = (o - y) act(z); d/db = (o - y) act'(z): per record, unclipped
+    for i in range(0, len(z), 7):
+        g = pb.gradient(w, [i])
+        np.testing.assert_allclose(g[1], (a[i] - 1.0) * s1[i], rtol=4e-15, atol=1e-300)
+    special = _problem(registry, np.array([[np.inf], [-np.inf], [np.nan]]), np.ones(3), hidden=1, activation=act,
+                       head="squared")
+    out = special.decision_function(w)
+    ref = naive.net_act(np.array([np.inf, -np.inf]), act)[0] if act in ("tanh", "sigmoid") else None
+    if ref is not None:  # (exp is clamped at exp(-708) = 3.3e-308: sigmoid(-inf) is that)
+        np.testing.assert_allclose(out[:2], ref, rtol=0, atol=1e-300)
+    assert np.isnan(out[2])
+
+
 @pytest.mark.parametrize("act", ["tanh", "softplus"])
 def test_one_layer_hessian_matches_closed_form(registry, X, act):
     """The one-hidden-layer logistic network's dense Hessian against the closed
