@@ -60,6 +60,9 @@ class LinearModelLoss:
     name: ClassVar[str] = ""
     #: "binary" (labels in {-1,+1}), "real" (any finite y), "ignored"
     labels: ClassVar[str] = "binary"
+    #: what the loss learns: "binary", "multiclass" or "regression"; None:
+    #: derived from ``labels`` (:func:`dpreg.tasks.loss_task`)
+    task: ClassVar[str | None] = None
     #: feasible set: the ball of this radius (None: all of R^d)
     radius: ClassVar[float | None] = None
     #: whether sign(<x, w>) predicts the label (accuracy is reported)

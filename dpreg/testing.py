@@ -5,8 +5,8 @@ suites (pytest collects the ``test_*`` methods)::
 
     from dpreg.testing import LossContract
 
-    class TestHuber(LossContract):
-        loss_name = "huber"
+    class TestHuberHinge(LossContract):
+        loss_name = "huber-hinge"
 
 Each contract looks the plugin up in the registry by name, so it tests exactly
 what ``dpreg run`` would use.

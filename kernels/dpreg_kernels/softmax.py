@@ -172,11 +172,11 @@ def _softmax(z, K, pr):
     for k in range(1, K):
         if z[k] > mx:
             mx = z[k]
-    s = 0.0
     for k in range(K):
-        ek = math.exp(z[k] - mx)
-        pr[k] = ek
-        s += ek
+        pr[k] = math.exp(z[k] - mx)
+    s = 0.0  # summed in a loop that stores nothing: LLVM vectorises it without a run-time overlap
+    for k in range(K):  # check, so the order of the sum never depends on where z and pr lie
+        s += pr[k]
     inv = 1.0 / s
     for k in range(K):
         pr[k] *= inv
@@ -458,15 +458,17 @@ def _clipped_hessian_sum(data, ind, ptr, dense, p, y, idx, w, K, clip):
             xx = _sqnorm(xd)
             _logits(xd, xi, dense, wt, p, K, z)
             _softmax(z, K, pr)
-            mx = 0.0
             for k1 in range(K):
-                rs = 0.0
                 for k2 in range(K):
                     v = -pr[k1] * pr[k2]
                     if k2 == k1:
                         v += pr[k1]
                     A[k1, k2] = v
-                    rs += abs(v)
+            mx = 0.0
+            for k1 in range(K):
+                rs = 0.0  # a loop that stores nothing (see _softmax)
+                for k2 in range(K):
+                    rs += abs(A[k1, k2])
                 if not rs <= mx and mx == mx:  # rs > mx, or rs NaN (kept once seen)
                     mx = rs
             op = mx * xx * (1.0 + (q + K + 8) * 2.0 ** -51)
