@@ -146,8 +146,8 @@ def parse_target_bounds(raw) -> tuple[float, float] | None:
     return lo, hi
 
 
-#: the grid of :func:`private_target_bounds`: |y| thresholds 2^(k/2) for k/2 in [-20, 64]
-TARGET_GRID = 2.0 ** (np.arange(-40, 129) / 2.0)
+#: the grid of :func:`private_target_bounds`: |y| thresholds 2^k for k in [-20, 60]
+TARGET_GRID = 2.0 ** np.arange(-20, 61, dtype=float)
 #: the share of records whose |y| the estimated bound should cover
 TARGET_QUANTILE = 0.95
 
@@ -160,30 +160,46 @@ def target_event(epsilon: float):
     return pure_dp_event(epsilon)
 
 
-def private_target_bounds(y: np.ndarray, epsilon: float, rng: np.random.Generator, *, factor: float = 1.0,
+def private_target_bounds(y: np.ndarray, epsilon: float, rng: np.random.Generator, *,
                           quantile: float = TARGET_QUANTILE) -> tuple[float, float, dict]:
-    """Symmetric target bounds ``[-B, B]`` with ``B`` a private estimate of the
-    ``quantile`` of ``|y|``, by AboveThreshold (Dwork and Roth, Alg. 1) over the
-    public grid :data:`TARGET_GRID`: scanning ``g`` upwards, the first ``g`` whose
-    noisy count ``#{i: |y_i| <= g}`` reaches the noisy threshold ``quantile n``
-    (``n`` public).  Each count changes by at most ``factor`` (1 under zero-out,
-    and under replace-one too: one record moves between two counts' sides once),
-    so with threshold noise Lap(2 factor / epsilon) and query noise Lap(4 factor /
-    epsilon) the release is epsilon-DP (pure).  The caller charges
-    :func:`target_event` before calling.  No grid point reached: the largest.
-    Noise from ``rng`` (a secret stream)."""
+    """Symmetric target bounds ``[-B, B]``, ``B`` a private estimate of an
+    upper quantile of ``|y|``: AboveThreshold over the public grid
+    :data:`TARGET_GRID`, scanning ``g`` upwards to the first whose noisy count
+    ``#{i: |y_i| <= g}`` reaches the noisy threshold ``T = n - m`` with the
+    margin ``m = max((1 - quantile) n, 4 b)`` (noise scale ``b = 2 /
+    epsilon``; at least ``n / 2`` is kept: ``T >= n / 2``), from public ``n``
+    and ``epsilon`` only; none does: the largest.  The margin of 4 b keeps the
+    scan from running past the data when the threshold noise is large (a
+    count of n then passes with probability about 0.97 at each grid point;
+    with ``quantile n`` alone, 3 of 12 runs on 353 records at epsilon 0.1
+    overshot by factors 16 to 2^51); so for small ``n epsilon`` the bound
+    covers fewer records (those above it are clipped to the range's end).
+
+    Privacy: each count changes by at most 1 between neighbouring data sets,
+    and the counts are *monotone* queries (for a neighbour, every count moves
+    the same way or not at all: adding or removing a record raises or lowers
+    the counts of the thresholds above it; replacing y_a by y_b moves those
+    between |y_a| and |y_b|, all one way).  AboveThreshold with threshold
+    noise Lap(2 / epsilon) and, for monotone queries, query noise Lap(2 /
+    epsilon) is then epsilon-DP (pure): Lyu, Su and Li 2017, "Understanding
+    the sparse vector technique", Alg. 7 with eps1 = eps2 = epsilon / 2 and
+    c = 1 (Thm 4 and its monotone case).  The caller charges
+    :func:`target_event` before calling; noise from ``rng`` (a secret stream),
+    drawn here in Python."""
     y = np.abs(np.asarray(y, dtype=np.float64))
     n = y.shape[0]
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise ParameterError(f"target bounds: epsilon must be a finite number > 0, got {epsilon!r}")
-    thr = quantile * n + rng.laplace(0.0, 2.0 * factor / epsilon)
+    b = 2.0 / epsilon
+    thr = max(0.5 * n, n - max((1.0 - quantile) * n, 4.0 * b)) + rng.laplace(0.0, b)
     counts = np.searchsorted(np.sort(y), TARGET_GRID, side="right")
-    noisy = counts + rng.laplace(0.0, 4.0 * factor / epsilon, size=TARGET_GRID.size)
+    noisy = counts + rng.laplace(0.0, b, size=TARGET_GRID.size)
     hit = np.flatnonzero(noisy >= thr)
     k = int(hit[0]) if hit.size else TARGET_GRID.size - 1
     B = float(TARGET_GRID[k])
     return -B, B, {"epsilon": float(epsilon), "grid_index": k, "quantile": quantile,
-                   "mechanism": "above-threshold over |y| <= 2^(k/2)"}
+                   "threshold": float(max(0.5 * n, n - max((1.0 - quantile) * n, 4.0 * b))),
+                   "mechanism": "above-threshold (monotone counts) over |y| <= 2^k"}
 
 
 def check_regression_targets(y: np.ndarray, where: str) -> None:
