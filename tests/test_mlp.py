@@ -455,7 +455,7 @@ def test_loss_options_are_parsed_and_checked(registry):
     assert get_loss(registry, "mlp").hidden == (32,)
     assert get_loss(registry, "logistic") is registry.get("loss", "logistic")
     for bad in ("logistic:hidden=3", "mlp:hidden=0", "mlp:hidden=64,0", "mlp:hidden=6.5", "mlp:activation=relu",
-                "mlp:depth=2", "mlp:hidden", "mlp:head=hinge", "mlp:n_classes=4", "mlp:head=softmax,n_classes=1",
+                "mlp:depth=2", "mlp:hidden", "mlp:head=hinge", "mlp:head=squared,n_classes=4", "mlp:head=softmax,n_classes=1",
                 "mlp:head=huber,delta=0", "mlp:init_mid=-1"):
         with pytest.raises(ParameterError):
             get_loss(registry, bad)
@@ -466,30 +466,65 @@ def test_task_binding_and_spec_round_trip(registry):
     from dpreg.pipeline import get_loss
 
     mlp = registry.get("loss", "mlp")
-    assert (mlp.task, mlp.labels, mlp.classifier, mlp.n_classes) == ("binary", "binary", True, None)
+    assert (mlp.task, mlp.labels, mlp.classifier, mlp.n_classes, mlp.head_given) == ("binary", "binary", True,
+                                                                                     None, None)
     deep = mlp(hidden=(64, 32), activation="softplus")
     sm = deep.for_task("multiclass", 10)
     assert (sm.task, sm.head, sm.n_classes, sm.hidden, sm.activation) == ("multiclass", "softmax", 10, (64, 32),
                                                                           "softplus")
     assert deep.with_classes(4).n_classes == 4 and sm.with_classes(3).n_classes == 3
+    assert sm.for_task("multiclass", 10).n_classes == 10
+    unbound = deep.for_task("multiclass")  # K bound later from the label map
+    assert (unbound.head, unbound.n_classes) == ("softmax", None)
     assert deep.for_task("binary") is deep
     rg = deep.for_task("regression")
     assert (rg.head, rg.task, rg.labels, rg.classifier) == ("squared", "regression", "real", False)
     hub = mlp(head="huber", delta=0.3)
     assert hub.for_task("regression") is hub
-    assert sm.for_task("binary").head == "logistic"
-    with pytest.raises(ParameterError):
-        deep.for_task("multiclass")
+    assert mlp(n_classes=5).head == "softmax"
+    # a head given as an option that does not serve the data's task: refused in one line
+    for loss, task, K in ((sm, "binary", None), (hub, "multiclass", 10), (mlp(head="logistic"), "regression", None)):
+        with pytest.raises(ParameterError, match="leave head out"):
+            loss.for_task(task, K)
     with pytest.raises(ParameterError):
         deep.for_task("ranking")
     with pytest.raises(ParameterError):
         deep.with_classes(1)
-    for loss in (mlp, deep, sm, rg, hub, mlp(init="zero", radius=2, G=3)):
+    for loss in (mlp, deep, sm, rg, hub, unbound, mlp(init="zero", radius=2, G=3)):
         again = get_loss(registry, loss.spec)
         assert again.options() == loss.options(), loss.spec
     assert sm.spec == "mlp:hidden=64,32,activation=softplus,head=softmax,n_classes=10"
     assert mlp.spec == "mlp"
     assert "64-32 softplus units, softmax head over 10 classes" in sm.describe()
+
+
+def test_the_pipeline_binds_the_head_to_the_declared_task(tmp_path):
+    """--labels with K > 2 classes (or a data set declared multi-class) gives
+    the softmax head over K classes; two labels the logistic head; a data set
+    declared regression the squared head; a head given that does not fit is
+    refused in one line before any run."""
+    from types import SimpleNamespace
+
+    from dpreg.data import Schema
+    from dpreg.errors import ParameterError
+    from dpreg.pipeline import bind_task
+    from dpreg.registry import get_registry
+
+    mlp = get_registry().get("loss", "mlp")(hidden=(8, 4))
+
+    def loaded(labels=None, task=None):
+        return SimpleNamespace(schema=Schema(labels=labels), source=SimpleNamespace(task=task) if task else None)
+
+    ten = bind_task(mlp, loaded(tuple(float(k) for k in range(10))))
+    assert (ten.head, ten.n_classes) == ("softmax", 10)
+    assert bind_task(mlp, loaded(task="multiclass")).head == "softmax"
+    assert bind_task(mlp, loaded((0.0, 1.0))) is mlp
+    assert bind_task(mlp(n_classes=2), loaded((0.0, 1.0))).n_classes == 2
+    assert bind_task(mlp, loaded(task="regression")).head == "squared"
+    assert bind_task(mlp(head="huber"), loaded(task="regression")).head == "huber"
+    assert bind_task(mlp, loaded()) is mlp
+    with pytest.raises(ParameterError, match="leave head out"):
+        bind_task(mlp(head="logistic"), loaded(tuple(float(k) for k in range(3))))
 
 
 # ------------------------------------------------------------------ algorithms

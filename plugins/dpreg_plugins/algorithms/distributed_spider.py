@@ -61,6 +61,7 @@ from dpreg.access import Exhausted, new_pass_id
 from dpreg.errors import DpregError, ParameterError
 from dpreg.interfaces import Participation, RunOutput, charge
 from dpreg.params import ParamSpec
+from dpreg.tasks import loss_task
 
 from .distributed_core import BACKENDS, SHARDINGS, client_stream, make_backend, shard
 from .perturbed_sgd import PAPER, PerturbedSGD
@@ -237,11 +238,20 @@ class DistributedSpider(PerturbedSGD):
                   "Thm 4: omega'", low=0, low_open=True, high=1),
     )
 
+    @classmethod
+    def requirements(cls, params) -> dict:
+        if (params.get("select") or "none") != "none":
+            return {"clipped_hessian_sum": "per-record clipped Hessians (the distributed selection's lambda_min test)"}
+        return {}
+
     # ---------------------------------------------------------------- resolution
     def _shards(self):
         if getattr(self, "_shard_cache", None) is None:
             p = self.p
             frac = float(p["selection_fraction"]) if p["select"] != "none" else 0.0
+            if p["sharding"] == "dirichlet" and loss_task(self.problem.loss) == "regression":
+                raise ParameterError("distributed-spider: sharding=dirichlet skews the clients' class mix, and "
+                                     f"a regression loss ({self.problem.loss.name}) has no classes: use sharding=iid")
             self._shard_cache = shard(self.problem.y, int(p["clients"]), scheme=p["sharding"],
                                       beta=float(p["beta"]), seed=int(p["shard_seed"]),
                                       selection_fraction=frac)
@@ -281,7 +291,7 @@ class DistributedSpider(PerturbedSGD):
         cfg = dict(noise_multiplier=r["noise_multiplier"], horizon=r["horizon"], clip=r["clip"],
                    diff_clip=r["diff_clip"], batch1=r["batch1"], batch2=r["batch2"], passes=r["passes"],
                    epsilon=self.accountant.epsilon_budget, delta=self.accountant.delta,
-                   relation=self.accountant.relation)
+                   relation=self.accountant.relation, row_bound=float(getattr(pb, "row_bound", 1.0)))
         specs = []
         for j, (tr, sel) in enumerate(self._shards()):
             rows = np.concatenate([tr, sel])

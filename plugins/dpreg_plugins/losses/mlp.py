@@ -181,15 +181,19 @@ class MLPLoss:
     dphi = staticmethod(logistic_dphi)
     d2phi = staticmethod(logistic_d2phi)
 
-    def __init__(self, hidden=32, activation="tanh", head="logistic", n_classes=None, delta=1.0, init="random",
+    def __init__(self, hidden=32, activation="tanh", head=None, n_classes=None, delta=1.0, init="random",
                  init_scale=0.01, init_mid=1.0, init_v=8.0, ball=1.0, radius=None, G=None, M=None):
         self.hidden = parse_hidden(hidden)
         if activation not in ACTIVATIONS:
             raise ParameterError(f"mlp option activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
         self.activation = activation
-        if head not in HEADS:
+        if head in ("", "auto"):
+            head = None
+        if head is not None and head not in HEADS:
             raise ParameterError(f"mlp option head must be one of {', '.join(HEADS)}, got {head!r}")
-        self.head = head
+        #: the head as given (None: chosen from the task, logistic until bound: :meth:`for_task`)
+        self.head_given = head
+        self.head = head or "logistic"
         if n_classes in (None, "", "none"):
             self.n_classes = None
         else:
@@ -197,8 +201,11 @@ class MLPLoss:
             if k != int(k) or k < 2:
                 raise ParameterError(f"mlp option n_classes must be an integer >= 2, got {n_classes!r}")
             self.n_classes = int(k)
-        if self.n_classes is not None and head != "softmax":
-            raise ParameterError(f"mlp option n_classes is for head=softmax; head {head!r} has one output")
+        if self.n_classes is not None:
+            if head is None:
+                self.head = self.head_given = "softmax"  # K classes given: the softmax head
+            elif head != "softmax":
+                raise ParameterError(f"mlp option n_classes is for head=softmax; head {head!r} has one output")
         self.delta = _num(delta, float, "delta")
         if not (math.isfinite(self.delta) and self.delta > 0):
             raise ParameterError(f"mlp option delta must be a finite number > 0, got {delta!r}")
@@ -229,7 +236,7 @@ class MLPLoss:
 
     def options(self) -> dict:
         """Every option, as :class:`MLPLoss` takes them (``MLPLoss(**loss.options())`` is this loss)."""
-        return {"hidden": self.hidden, "activation": self.activation, "head": self.head,
+        return {"hidden": self.hidden, "activation": self.activation, "head": self.head_given,
                 "n_classes": self.n_classes, "delta": self.delta, "init": self.init, "init_scale": self.init_scale,
                 "init_mid": self.init_mid, "init_v": self.init_v, "ball": self.ball, "radius": self.radius,
                 "G": self.G, "M": self.M}
@@ -266,18 +273,26 @@ class MLPLoss:
         return self._with(head="softmax", n_classes=K)
 
     def for_task(self, task: str, K: int | None = None) -> "MLPLoss":
-        """This network configured for ``task``: ``binary`` -> the logistic head,
-        ``multiclass`` -> softmax over K classes, ``regression`` -> squared
-        (a Huber head given as ``head=huber`` is kept).  Other options kept."""
+        """This network configured for ``task`` (from public facts: the
+        declared label map, the data set's declared task): ``binary`` -> the
+        logistic head, ``multiclass`` -> softmax over K classes (K None: bound
+        later, :meth:`with_classes`), ``regression`` -> squared.  A head given
+        as an option is kept when it serves the task (``head=huber`` for
+        regression) and refused in one line when it does not.  Other options kept."""
         if task not in TASK_HEADS:
             raise ParameterError(f"unknown task {task!r} (binary, multiclass or regression)")
+        if self.head_given is not None:
+            if HEADS[self.head_given] != task:
+                what = {"binary": "two classes", "multiclass": f"{K or 'K > 2'} classes",
+                        "regression": "real targets"}[task]
+                raise ParameterError(f"mlp head={self.head_given} is for {self.task} data; these data declare "
+                                     f"{what} (use head={TASK_HEADS[task]}, or leave head out)")
+            return self.with_classes(K) if task == "multiclass" and K is not None else self
         if task == "multiclass":
-            if K is None:
-                raise ParameterError("a multi-class network needs the number of classes (a public label map)")
-            return self.with_classes(K)
-        if self.task == task:
-            return self
-        return self._with(head=TASK_HEADS[task], n_classes=None)
+            return self.with_classes(K) if K is not None else self._with(head="softmax")
+        if task == "binary":
+            return self  # the logistic head: the default
+        return self._with(head=TASK_HEADS[task])
 
     @property
     def spec(self) -> str:
@@ -286,7 +301,7 @@ class MLPLoss:
         default = MLPLoss().options()
         parts = []
         for k, v in self.options().items():
-            if v == default[k] or (k == "ball" and self.radius is not None):
+            if v == default[k] or (k == "ball" and self.radius is not None) or (k == "n_classes" and v is None):
                 continue
             if k == "hidden":
                 v = ",".join(str(h) for h in v)
@@ -570,6 +585,12 @@ class MLPProblem:
             W[:] = rng.standard_normal(W.shape) * sd
         return w
 
+    def reference_start(self) -> np.ndarray:
+        """Start of the non-private reference solve of the diagnostics: the
+        initial point drawn from a fixed public seed (0), so the solve leaves
+        the symmetric saddle at w = 0 (``init=zero``: w = 0 itself)."""
+        return self.initial_point(np.random.default_rng(0))
+
     def _batch(self, idx):
         if idx is None:
             return self.all_rows[:0], True, self.n
@@ -596,19 +617,24 @@ class MLPProblem:
                                                                self._hp, _inner(clip))
 
     # ------------------------------------------ what networks do not provide
+    def supports(self, capability: str) -> str | None:
+        """None when ``capability`` (an optional method of the problem
+        protocol) is available, else why not, in a few words (the pipeline
+        refuses an algorithm that needs it before any release)."""
+        if capability == "clipped_hessian_sum":
+            return (f"a network's per-record Hessians are dense d x d matrices (d = {self.d}); its exact "
+                    "Hessian-vector products serve lambda_min")
+        if capability == "clipped_zo_sum":
+            return "no zeroth-order kernel for networks (the zeroth-order sums read a linear model's margins)"
+        return None if callable(getattr(self, capability, None)) else "not provided"
+
     def clipped_hessian_sum(self, w, idx, clip):
-        """Not available: ParameterError in one line (per-record d x d Hessians
-        are what the trust-region algorithms release)."""
-        raise ParameterError("loss 'mlp' has no per-record clipped Hessians (a dense d x d matrix per record, "
-                             f"d = {self.d} here): dp-trust-region and dp-stochastic-trust-region need them; "
-                             "use a linear-model loss")
+        """Not available (:meth:`supports`): ParameterError in one line."""
+        raise ParameterError(f"loss 'mlp': {self.supports('clipped_hessian_sum')}")
 
     def clipped_zo_sum(self, *args, **kwargs):
-        """Not available: ParameterError in one line (the zeroth-order kernels
-        read a linear model's margins)."""
-        raise ParameterError("loss 'mlp' has no zeroth-order kernel (function-value differences along random "
-                             "directions): zo-o2nc needs one; use a linear-model loss, or a gradient method "
-                             "for networks")
+        """Not available (:meth:`supports`): ParameterError in one line."""
+        raise ParameterError(f"loss 'mlp': {self.supports('clipped_zo_sum')}")
 
     def sgd_steps_available(self, batch) -> bool:
         """False: dp-sgd steps one kernel call at a time (each a whole parallel batch)."""
