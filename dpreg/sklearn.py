@@ -47,7 +47,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 
-def _run(est, X, y, *, loss: str, labels, extra: dict):
+def _run(est, X, y, *, loss: str, labels, task: str, extra: dict):
     """The pipeline run of one ``fit`` (the estimator's own parameters, arrays
     in): its record."""
     from .params import practitioner_params
@@ -61,7 +61,7 @@ def _run(est, X, y, *, loss: str, labels, extra: dict):
         delta=est.delta, accountant=est.accountant, params=params,
         seed=est.random_state, intercept=est.fit_intercept,
         scaling="bounds" if est.bounds is not None else est.scaling, bounds=est.bounds,
-        labels=labels, diagnostics="light", **extra))
+        labels=labels, task=task, diagnostics="light", **extra))
 
 
 def _fitted_release(est, rec) -> None:
@@ -137,7 +137,10 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         from .tasks import loss_task
 
         spec = ("logistic" if K == 2 else "softmax") if self.loss in (None, "auto") else self.loss
-        task = loss_task(get_loss(get_registry(), spec))
+        loss = get_loss(get_registry(), spec)
+        if getattr(loss, "for_task", None) is not None:  # a loss with a head per task (a network)
+            return spec, ("binary" if K == 2 else "multiclass")
+        task = loss_task(loss)
         if task == "regression":
             raise ValueError(f"loss {spec!r} is a regression loss: use DPRegressor")
         if task == "binary" and K != 2:
@@ -165,7 +168,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
             yy, labels = 2.0 * yi - 1.0, (-1.0, 1.0)
         else:
             yy, labels = yi, tuple(float(k) for k in range(len(classes)))
-        rec = _run(self, X, yy, loss=spec, labels=labels, extra={})
+        rec = _run(self, X, yy, loss=spec, labels=labels, task=task, extra={})
         _fitted_release(self, rec)
         m = rec["release"]["model"]
         if m["coef"] is None:
@@ -258,10 +261,11 @@ class DPRegressor(RegressorMixin, BaseEstimator):
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=True)
         if X.shape[0] < 2:
             raise ValueError(f"DPRegressor needs at least 2 records, got n_samples={X.shape[0]}")
-        if not predicts_target(get_loss(get_registry(), self.loss)):
+        loss = get_loss(get_registry(), self.loss)
+        if not (predicts_target(loss) or getattr(loss, "for_task", None) is not None):
             raise ValueError(f"loss {self.loss!r} is not a regression loss (squared, huber): use DPClassifier")
         tb = self.target_bounds
-        rec = _run(self, X, np.asarray(y, dtype=np.float64), loss=self.loss, labels=None,
+        rec = _run(self, X, np.asarray(y, dtype=np.float64), loss=self.loss, labels=None, task="regression",
                    extra={"target_bounds": "auto" if tb is None else tb, "target_share": self.target_share})
         _fitted_release(self, rec)
         m = rec["release"]["model"]
