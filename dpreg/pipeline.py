@@ -349,7 +349,8 @@ def loss_spec_of(loss, spec: str) -> str:
     """The ``--loss`` string that rebuilds ``loss`` (its own ``spec()`` when it
     has one: a network's, with its head), else the one given."""
     own = getattr(loss, "spec", None)
-    return own() if callable(own) else spec
+    own = own() if callable(own) else own
+    return own if isinstance(own, str) and own else spec
 
 
 def training_label_map(loss, y, declared, where):

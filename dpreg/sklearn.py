@@ -51,15 +51,18 @@ def _run(est, X, y, *, loss: str, labels, task: str, extra: dict):
     """The pipeline run of one ``fit`` (the estimator's own parameters, arrays
     in): its record."""
     from .params import practitioner_params
-    from .pipeline import RunConfig, run_pipeline
+    from .pipeline import RunConfig, get_loss, own_biases, run_pipeline
+    from .registry import get_registry
 
+    # a loss with its own bias terms (a network) takes no intercept column: fit_intercept does not apply
+    intercept = None if own_biases(get_loss(get_registry(), loss)) else est.fit_intercept
     params = practitioner_params(est.algorithm, dict(est.params or {}),
                                  dict(epochs=est.epochs, lr=est.lr, batch_size=est.batch_size,
                                       max_grad_norm=est.max_grad_norm, noise_multiplier=est.noise_multiplier))
     return run_pipeline(RunConfig(
         algo=est.algorithm, noise=est.noise, loss=loss, data=(X, y), epsilon=est.epsilon,
         delta=est.delta, accountant=est.accountant, params=params,
-        seed=est.random_state, intercept=est.fit_intercept,
+        seed=est.random_state, intercept=intercept,
         scaling="bounds" if est.bounds is not None else est.scaling, bounds=est.bounds,
         labels=labels, task=task, diagnostics="light", **extra))
 
@@ -86,6 +89,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                      practitioner names of the algorithm's own parameters (None: not given;
                      ``noise_multiplier`` fixes the multiplier, refused if over the budget)
     fit_intercept:   a bias coordinate (K for K classes) inside every clipped per-record gradient
+                     (a network has its own biases: it ignores this)
     scaling, bounds: per-feature map, as ``dpreg run --scaling`` ("auto": private scales where
                      they pay, else none; "none"; "bounds" with ``bounds=(lower, upper)`` lists of
                      public per-feature bounds; "private")
