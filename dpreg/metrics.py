@@ -29,7 +29,12 @@ def _lanczos_max_d() -> int:
 
 def lambda_min(problem, w) -> float | None:
     """Smallest eigenvalue of the empirical Hessian at w (None when skipped:
-    d above the Lanczos limit, or no Ritz value within the matvec cap)."""
+    d above the Lanczos limit, or no Ritz value within the matvec cap); a
+    problem that knows it exactly answers itself (its ``lambda_min(w)``:
+    softmax, whose Hessian is singular and positive semi-definite)."""
+    own = getattr(problem, "lambda_min", None)
+    if own is not None:
+        return float(own(w))
     if problem.d <= DENSE_MAX_D:
         return float(np.linalg.eigvalsh(problem.hessian(w))[0])
     if problem.d > _lanczos_max_d():

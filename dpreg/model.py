@@ -115,6 +115,9 @@ class Model:
         from .tasks import bind_classes
 
         loss = get_loss(get_registry(), self.loss_spec or self.loss)
+        for_task = getattr(loss, "for_task", None)  # a network's head
+        if for_task is not None:
+            loss = for_task(self.task, self.n_classes)
         if self.task == "multiclass":
             loss = bind_classes(loss, self.n_classes)
         y0 = np.zeros(Xt.shape[0])

@@ -99,6 +99,10 @@ class RunConfig:
     #: public bounds, or "none" (targets as they are); see :mod:`dpreg.tasks`
     target_bounds: Any = "auto"
     target_share: float = 0.1
+    #: the task when the caller knows it ("binary", "multiclass", "regression":
+    #: the scikit-learn estimators); None: from the public schema (declared
+    #: labels, the data set's declared task, explicit target bounds)
+    task: str | None = None
     intercept: bool | None = None
     scaling: str = "auto"
     bounds: str | None = None
@@ -304,48 +308,56 @@ def _pipeline_rng(cfg: RunConfig, root: int, stream: int) -> np.random.Generator
 
 
 # ------------------------------------------------------- tasks: loss, labels, targets
-def resolve_loss(reg, spec, loss, loaded):
-    """``(loss, spec)`` with ``--loss auto`` resolved from public facts only:
-    softmax when the schema declares K > 2 classes (``--labels a,b,c`` or the
-    data set's), squared when the data set declares a regression task,
-    softmax when it declares a multi-class one, else logistic."""
-    if spec not in (None, "auto"):
-        return bind_task(loss, loaded), spec
+def public_task(cfg: RunConfig, loaded) -> str | None:
+    """The task as public facts give it, or None: the caller's ``cfg.task``;
+    declared labels (two: binary, more: multi-class); the data set's declared
+    task; explicit ``--target-bounds`` (regression).  Never read off the data."""
+    if cfg.task is not None:
+        from .tasks import TASKS
+
+        if cfg.task not in TASKS:
+            raise ParameterError(f"task must be one of {', '.join(TASKS)}, got {cfg.task!r}")
+        return cfg.task
     declared = loaded.schema.labels if loaded.schema is not None else None
-    task = getattr(loaded.source, "task", None)
-    if (declared is not None and len(declared) > 2) or task == "multiclass":
-        name = "softmax"
-    elif task == "regression" and declared is None:
-        name = "squared"
-    else:
-        name = "logistic"
-    return get_loss(reg, name), name
-
-
-def bind_task(loss, loaded):
-    """A loss that serves several tasks (``for_task``: a network's heads)
-    configured for the task the data declare - public facts only: K > 2
-    declared classes, or a data set declared multi-class, -> "multiclass" (K
-    from the declared labels, else bound from the label map later); a data set
-    declared regression -> "regression"; two declared labels -> "binary" (a
-    loss already multi-class keeps two classes); nothing declared -> the loss
-    as given.  Other losses are returned as they are."""
-    for_task = getattr(loss, "for_task", None)
-    if for_task is None:
-        return loss
-    from .tasks import loss_task
-
-    declared = loaded.schema.labels if loaded.schema is not None else None
-    task = getattr(loaded.source, "task", None)
-    if declared is not None and (len(declared) > 2 or loss_task(loss) == "multiclass"):
-        return for_task("multiclass", len(declared))
-    if task == "multiclass":
-        return for_task("multiclass", None)
-    if task == "regression" and declared is None:
-        return for_task("regression")
     if declared is not None:
-        return for_task("binary")
-    return loss
+        return "multiclass" if len(declared) > 2 else "binary"
+    task = getattr(loaded.source, "task", None)
+    if task is not None:
+        return task
+    tb = cfg.target_bounds
+    if tb is not None and not (isinstance(tb, str) and tb.strip().lower() in ("auto", "none")):
+        return "regression"
+    return None
+
+
+#: the loss of ``--loss auto`` for each public task
+AUTO_LOSS = {"binary": "logistic", "multiclass": "softmax", "regression": "squared"}
+
+
+def resolve_loss(reg, cfg: RunConfig, loss, loaded):
+    """``(loss, spec)`` for the run, from public facts only (:func:`public_task`):
+    ``--loss auto`` is softmax for a multi-class task, squared for regression,
+    else logistic; a loss that serves several tasks (a network's head:
+    ``for_task(task, K)``) is configured for the public task, K the number of
+    declared labels (the label map binds it otherwise)."""
+    spec = cfg.loss
+    task = public_task(cfg, loaded)
+    if spec in (None, "auto"):
+        spec = AUTO_LOSS.get(task, "logistic")
+        loss = get_loss(reg, spec)
+    for_task = getattr(loss, "for_task", None)
+    if for_task is not None and task is not None:
+        declared = loaded.schema.labels if loaded.schema is not None else None
+        loss = for_task(task, len(declared) if (task == "multiclass" and declared is not None) else None)
+    return loss, spec
+
+
+def loss_spec_of(loss, spec: str) -> str:
+    """The ``--loss`` string that rebuilds ``loss`` (its own ``spec()`` when it
+    has one: a network's, with its head), else the one given."""
+    own = getattr(loss, "spec", None)
+    own = own() if callable(own) else own
+    return own if isinstance(own, str) and own else spec
 
 
 def training_label_map(loss, y, declared, where):
@@ -459,7 +471,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     inferred = dict(tr.inferred)
     # validate (shape, finite values); labels mapped below, rows scaled with the preprocessing
     X, y = prepare(X, y, labels="real", where=f"data {tr.description}", scale_rows=False)
-    loss, loss_spec = resolve_loss(reg, cfg.loss, loss, tr)
+    loss, loss_spec = resolve_loss(reg, cfg, loss, tr)
     label_map, loss = training_label_map(loss, y, tr.schema.labels if tr.schema else None,
                                          f"data {tr.description}")
     if label_map is not None and label_map.source == "inferred":
@@ -578,7 +590,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
         "note": RELEASE_NOTE,
         "model": model_dict(w, loss, prep, label_map,
                             inferred.get("zero_based", getattr(tr.schema, "zero_based", None)),
-                            loss_spec=loss_spec, target=target),
+                            loss_spec=loss_spec_of(loss, loss_spec), target=target),
         "privacy": privacy_statement(accountant, algo_cls, noise_name, out.info, cfg, n, scaling_info,
                                      eps_sel, target_info),
         "config": {

@@ -166,14 +166,16 @@ def private_target_bounds(y: np.ndarray, epsilon: float, rng: np.random.Generato
     upper quantile of ``|y|``: AboveThreshold over the public grid
     :data:`TARGET_GRID`, scanning ``g`` upwards to the first whose noisy count
     ``#{i: |y_i| <= g}`` reaches the noisy threshold ``T = n - m`` with the
-    margin ``m = max((1 - quantile) n, 4 b)`` (noise scale ``b = 2 /
+    margin ``m = max((1 - quantile) n, 6 b)`` (noise scale ``b = 2 /
     epsilon``; at least ``n / 2`` is kept: ``T >= n / 2``), from public ``n``
-    and ``epsilon`` only; none does: the largest.  The margin of 4 b keeps the
-    scan from running past the data when the threshold noise is large (a
-    count of n then passes with probability about 0.97 at each grid point;
-    with ``quantile n`` alone, 3 of 12 runs on 353 records at epsilon 0.1
-    overshot by factors 16 to 2^51); so for small ``n epsilon`` the bound
-    covers fewer records (those above it are clipped to the range's end).
+    and ``epsilon`` only; none does: the largest.  The margin of 6 b keeps the
+    scan from running past the data when the threshold noise is large; for
+    small ``n epsilon`` the bound then covers fewer records (those above it are
+    clipped to the range's end).  Measured on 353 targets uniform in [25, 345]
+    at epsilon 0.1 (diabetes' size, eps = 1 with the default share), 5,000
+    runs: B = 256 or 512 in 99.2 %, within [128, 2048] in 99.8 %; with the
+    margin ``quantile n`` alone, 3 of 12 runs overshot by factors 16 to 2^51.
+    A bad range costs accuracy, never privacy.
 
     Privacy: each count changes by at most 1 between neighbouring data sets,
     and the counts are *monotone* queries (for a neighbour, every count moves
@@ -191,14 +193,14 @@ def private_target_bounds(y: np.ndarray, epsilon: float, rng: np.random.Generato
     if not (epsilon > 0 and math.isfinite(epsilon)):
         raise ParameterError(f"target bounds: epsilon must be a finite number > 0, got {epsilon!r}")
     b = 2.0 / epsilon
-    thr = max(0.5 * n, n - max((1.0 - quantile) * n, 4.0 * b)) + rng.laplace(0.0, b)
+    thr = max(0.5 * n, n - max((1.0 - quantile) * n, 6.0 * b)) + rng.laplace(0.0, b)
     counts = np.searchsorted(np.sort(y), TARGET_GRID, side="right")
     noisy = counts + rng.laplace(0.0, b, size=TARGET_GRID.size)
     hit = np.flatnonzero(noisy >= thr)
     k = int(hit[0]) if hit.size else TARGET_GRID.size - 1
     B = float(TARGET_GRID[k])
     return -B, B, {"epsilon": float(epsilon), "grid_index": k, "quantile": quantile,
-                   "threshold": float(max(0.5 * n, n - max((1.0 - quantile) * n, 4.0 * b))),
+                   "threshold": float(max(0.5 * n, n - max((1.0 - quantile) * n, 6.0 * b))),
                    "mechanism": "above-threshold (monotone counts) over |y| <= 2^k"}
 
 

@@ -498,33 +498,36 @@ def test_task_binding_and_spec_round_trip(registry):
     assert "64-32 softplus units, softmax head over 10 classes" in sm.describe()
 
 
-def test_the_pipeline_binds_the_head_to_the_declared_task(tmp_path):
+def test_the_pipeline_binds_the_head_to_the_public_task():
     """--labels with K > 2 classes (or a data set declared multi-class) gives
     the softmax head over K classes; two labels the logistic head; a data set
-    declared regression the squared head; a head given that does not fit is
-    refused in one line before any run."""
+    declared regression the squared head (a Huber head given stays); a head
+    given that does not fit is refused in one line before any run; the
+    released spec rebuilds the bound network."""
     from types import SimpleNamespace
 
     from dpreg.data import Schema
     from dpreg.errors import ParameterError
-    from dpreg.pipeline import bind_task
+    from dpreg.pipeline import RunConfig, get_loss, loss_spec_of, resolve_loss
     from dpreg.registry import get_registry
 
-    mlp = get_registry().get("loss", "mlp")(hidden=(8, 4))
+    reg = get_registry()
 
-    def loaded(labels=None, task=None):
-        return SimpleNamespace(schema=Schema(labels=labels), source=SimpleNamespace(task=task) if task else None)
+    def bound(spec, labels=None, task=None):
+        loaded = SimpleNamespace(schema=Schema(labels=labels), source=SimpleNamespace(task=task) if task else None)
+        loss, given = resolve_loss(reg, RunConfig(loss=spec), get_loss(reg, spec), loaded)
+        return loss, loss_spec_of(loss, given)
 
-    ten = bind_task(mlp, loaded(tuple(float(k) for k in range(10))))
-    assert (ten.head, ten.n_classes) == ("softmax", 10)
-    assert bind_task(mlp, loaded(task="multiclass")).head == "softmax"
-    assert bind_task(mlp, loaded((0.0, 1.0))) is mlp
-    assert bind_task(mlp(n_classes=2), loaded((0.0, 1.0))).n_classes == 2
-    assert bind_task(mlp, loaded(task="regression")).head == "squared"
-    assert bind_task(mlp(head="huber"), loaded(task="regression")).head == "huber"
-    assert bind_task(mlp, loaded()) is mlp
+    ten, spec = bound("mlp:hidden=8,4", tuple(float(k) for k in range(10)))
+    assert (ten.head, ten.n_classes, ten.hidden) == ("softmax", 10, (8, 4))
+    assert get_loss(reg, spec).options() == ten.options()
+    assert bound("mlp:hidden=8,4", task="multiclass")[0].head == "softmax"
+    assert bound("mlp:hidden=8,4", (0.0, 1.0))[0].head == "logistic"
+    assert bound("mlp:hidden=8,4", task="regression")[0].head == "squared"
+    assert bound("mlp:hidden=8,4,head=huber", task="regression")[0].head == "huber"
+    assert bound("mlp:hidden=8,4")[0].head == "logistic"
     with pytest.raises(ParameterError, match="leave head out"):
-        bind_task(mlp(head="logistic"), loaded(tuple(float(k) for k in range(3))))
+        bound("mlp:head=logistic", (0.0, 1.0, 2.0))
 
 
 # ------------------------------------------------------------------ algorithms

@@ -104,8 +104,11 @@ def test_lambda_min_by_lanczos_matches_dense(registry, data):
     op = LinearOperator((pb.d, pb.d), matvec=lambda v: pb.hvp(w, np.ravel(v)), dtype=float)
     lan = eigsh(op, k=1, which="SA", tol=1e-12, return_eigenvectors=False)[0]
     assert lan == pytest.approx(dense, abs=1e-10)
-    assert metrics.lambda_min(pb, w) == pytest.approx(dense, abs=1e-10)
-    assert abs(dense) < 1e-8  # softmax is invariant to adding a vector to every class: singular Hessian
+    assert abs(dense) < 1e-12  # softmax is invariant to adding a vector to every class: singular Hessian
+    assert metrics.lambda_min(pb, w) == 0.0 == pb.lambda_min(w)  # the problem states it exactly
+    v = np.repeat(np.random.default_rng(4).standard_normal(P), K)  # vec(v 1^T) in the row-major layout
+    np.testing.assert_allclose(pb.hvp(w, v), 0.0, atol=1e-13)
+    assert np.linalg.eigvalsh(naive.softmax_hessian(K, X, y, w))[0] > -1e-12  # PSD
 
 
 # --------------------------------------------------------------------- clipping

@@ -303,6 +303,15 @@ class SoftmaxProblem:
         ix = self._idx(idx)
         return self._fast(self._k.hvp_sum, len(ix))(*self._args(), ix, self._w(w), self._w(v), self.K) / len(ix)
 
+    def lambda_min(self, w, idx=None) -> float:
+        """The smallest eigenvalue of the empirical Hessian: exactly 0.  Each
+        record's Hessian ``A kron x x^T`` is positive semi-definite (``A =
+        diag(pr) - pr pr^T`` is, as a covariance matrix), and ``W -> W + v 1^T``
+        shifts every logit of a record by the same ``<x, v>``, which leaves the
+        loss unchanged: every ``vec(v 1^T)`` is in the null space.  (Lanczos
+        cannot resolve this p-fold zero eigenvalue within its matvec cap.)"""
+        return 0.0
+
     def hessian(self, w, idx=None, clip: float = np.inf) -> np.ndarray:
         """Dense Hessian (small d only): exact by default; a finite ``clip``
         scales each record's term to operator norm <= clip (the
