@@ -322,8 +322,8 @@ def test_practical_constants_default_to_the_initial_scale_and_options_override(r
     assert mlp(init_v=4).constants(0) == (4.0, 2.0, rho)
     assert mlp(G=3, M="5").constants(0) == (3.0, 5.0, rho)
     assert mlp(init_v=0).constants(0) == mlp.ball_constants()
-    assert mlp(head="softmax", n_classes=10).constants(0)[:2] == (8.0, 16.0)
-    assert mlp(head="squared").constants(0)[:2] == (8.0, 32.0)
+    assert mlp(head="softmax", n_classes=10).constants(0)[:2] == (8.0, 8.0)
+    assert mlp(head="squared").constants(0)[:2] == (8.0, 64.0)
     assert mlp(hidden="64,32").constants(0)[:2] == (8.0, 8.0)
     from dpreg.errors import ParameterError
 
