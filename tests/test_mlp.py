@@ -558,8 +558,8 @@ def test_every_gradient_algorithm_runs_on_networks_within_budget(easy, algo, hid
     import dpreg
 
     params = {"dp-gd": ["steps=200", "step=2"], "dp-sgd": ["step=1"], "adaptive-spider": ["step=1"]}.get(algo, [])
-    # random tanh features (init_scale=1, init_v=0; worst-case constants on the unit ball): the default
-    # small-weight init starts in the linear range and does not fit XOR in 200 steps (train accuracy 0.50)
+    # random tanh features (init_scale=1, init_v=0): every algorithm's defaults come from the worst-case
+    # constants on the unit ball, a setting far from the practical one
     rec = dpreg.run(algo=algo, loss=f"mlp:hidden={hidden},init_scale=1,init_v=0", data=easy,
                     epsilon=8.0, delta=1e-5, params=params, seed=0, warn=False)
     assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 8.0 + 1e-9
