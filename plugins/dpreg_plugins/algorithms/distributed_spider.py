@@ -61,7 +61,6 @@ from dpreg.access import Exhausted, new_pass_id
 from dpreg.errors import DpregError, ParameterError
 from dpreg.interfaces import Participation, RunOutput, charge
 from dpreg.params import ParamSpec
-from dpreg.tasks import loss_task
 
 from .distributed_core import BACKENDS, SHARDINGS, client_stream, make_backend, shard
 from .perturbed_sgd import PAPER, PerturbedSGD
@@ -249,9 +248,6 @@ class DistributedSpider(PerturbedSGD):
         if getattr(self, "_shard_cache", None) is None:
             p = self.p
             frac = float(p["selection_fraction"]) if p["select"] != "none" else 0.0
-            if p["sharding"] == "dirichlet" and loss_task(self.problem.loss) == "regression":
-                raise ParameterError("distributed-spider: sharding=dirichlet skews the clients' class mix, and "
-                                     f"a regression loss ({self.problem.loss.name}) has no classes: use sharding=iid")
             self._shard_cache = shard(self.problem.y, int(p["clients"]), scheme=p["sharding"],
                                       beta=float(p["beta"]), seed=int(p["shard_seed"]),
                                       selection_fraction=frac)
