@@ -512,11 +512,7 @@ def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = N
 
 def privacy_statement(accountant, algo_cls, noise_name, info, cfg, n, scaling_info, eps_sel) -> dict:
     """The release's privacy statement: what is protected and how."""
-    mechanisms = []
-    z = info.get("noise_multiplier") if isinstance(info, dict) else None
-    if z is not None:
-        mechanisms.append({"what": f"{algo_cls.name} releases", "noise": noise_name or "gaussian",
-                           "noise_multiplier": float(z)})
+    mechanisms = list(algo_cls.release_mechanisms(info if isinstance(info, dict) else {}, noise_name))
     if scaling_info is not None:
         mechanisms.append({"what": "private feature scales", "noise": "gaussian",
                            "noise_multiplier": scaling_info["noise_multiplier"],

@@ -237,6 +237,20 @@ class DistributedSpider(PerturbedSGD):
                   "Thm 4: omega'", low=0, low_open=True, high=1),
     )
 
+    @classmethod
+    def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
+        """Each client's noisy SPIDER estimates (its own noise mechanism and
+        accountant) and, with Alg 4, each client's noisy gradients and
+        Hessians of the candidates on its fresh selection share."""
+        out = [dict(m, what="distributed-spider per-client releases (each client its own noise)")
+               for m in super().release_mechanisms(info, noise)]
+        sel = info.get("selection")
+        if isinstance(sel, dict) and sel.get("noise_multiplier") is not None:
+            out.append({"what": "distributed selection: per-client gradients and symmetric-noise Hessians "
+                                "of the candidates", "noise": "gaussian",
+                        "noise_multiplier": float(sel["noise_multiplier"])})
+        return out
+
     # ---------------------------------------------------------------- resolution
     def _shards(self):
         if getattr(self, "_shard_cache", None) is None:
