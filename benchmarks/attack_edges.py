@@ -177,21 +177,41 @@ def estimator_attack(trials: int, rng: np.random.Generator) -> dict:
 
 # ----------------------------------------------------------------- 3. sharding
 def sharding_attack(trials: int, rng: np.random.Generator, n: int = 2000) -> dict:
-    from dpreg_plugins.algorithms import distributed_core as dc
+    """Records moved by one label flip, through the algorithm itself
+    (``DistributedSpider._shards`` on two problems that differ in one label)."""
+    from dpreg.accounting import RdpAccountant
+    from dpreg.params import bind
+    from dpreg.problem import Problem
+    from dpreg.registry import get_registry
+
+    reg = get_registry()
+    cls = reg.get("algorithm", "distributed-spider")
+    spec = next(p for p in cls.params if p.name == "sharding")
+    X = rng.normal(size=(n, 3)) / 2
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    tmp = Path(tempfile.mkdtemp(prefix="dpreg-attack-"))
+
+    def shards(yy, m, scheme, t):
+        params = {"clients": m, "sharding": scheme, "shard_seed": t}
+        if scheme == "dirichlet":
+            params["beta"] = 0.5
+        if scheme == "given":
+            f = tmp / f"assign{m}-{t}.txt"
+            f.write_text("\n".join(str(j) for j in np.random.default_rng(t).integers(0, m, n)))
+            params["assignment"] = str(f)
+        algo = cls(Problem(reg.get("loss", "logistic"), X, yy), bind(cls.params, params, cls.name),
+                   noise=reg.get("noise", "gaussian"), accountant=RdpAccountant(1.0, 1e-5, cls.relation), seed=0)
+        return algo._shards()
 
     out = {}
-    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
-    for scheme in dc.SHARDINGS:
-        if scheme == "given":
-            continue  # an assignment given with the data: a public input, not a rule
+    for scheme in spec.choices:
         for m in (2, 4):
             moved = []
             for t in range(trials):
                 i = int(rng.integers(n))
                 y2 = y.copy()
                 y2[i] = -y2[i]
-                a = dc.shard(y, m, scheme=scheme, seed=t, **({"beta": 0.5} if scheme == "dirichlet" else {}))
-                b = dc.shard(y2, m, scheme=scheme, seed=t, **({"beta": 0.5} if scheme == "dirichlet" else {}))
+                a, b = shards(y, m, scheme, t), shards(y2, m, scheme, t)
                 owner_a, owner_b = np.empty(n, int), np.empty(n, int)
                 for j, (tr, sel) in enumerate(a):
                     owner_a[np.concatenate([tr, sel])] = j
