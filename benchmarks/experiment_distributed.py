@@ -251,7 +251,8 @@ batch floors sized for the server's average of m messages):
   rounds) than m = 4 (0.014, 40 rounds): its small alpha makes kappa small,
   so most queries are O1 refreshes of b1 = N/8 records; a property of
   perturbed-sgd's practical kappa at small alpha, not of distribution.
-* **iid vs Dirichlet(0.5) label skew**: within the seed spread everywhere
+* **iid vs the label-skewed layout** (Dirichlet(0.5) class mixes, given as a
+  public assignment): within the seed spread everywhere
   (fixed total, eps = 1: IJCNN1 m = 2, 4, 8: 0.0147 / 0.0143, 0.0171 / 0.0185,
   0.0275 / 0.0274 iid / skewed; a9a 0.0233 / 0.0205, 0.0683 / 0.0708, 0.0584 /
   0.0589).  Shards have equal sizes, so the average of the clients'
