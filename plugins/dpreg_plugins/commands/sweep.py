@@ -43,7 +43,9 @@ written or shown, so a published cell cannot be re-run with its noise.  Only
 a grid that names ``seeds`` (research seeds, exclusive with ``replicates``)
 runs seeded cells: reproducible, with ``dpreg run --seed``'s warning (the
 guarantee holds only while the seeds stay secret), and only then do the
-file names and the table carry a seed.
+file names and the table carry a seed.  The records' ``diagnostics`` and the
+table's columns read from them (accuracy, loss, gradient norms, counts,
+timings) are non-private: publish a cell's ``release`` part, not the table.
 """
 from __future__ import annotations
 
