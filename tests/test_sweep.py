@@ -349,14 +349,17 @@ def test_cells_have_secret_randomness_by_default(tmp_path):
 
 
 def test_seeded_cells_warn_once_as_dpreg_run_does(tmp_path):
+    """The seeded-randomness warning once, up front; every other privacy
+    warning of the runs (here delta >= 1/n, in all four cells) once too."""
     from dpreg.pipeline import SEEDED_NOTE
 
     cfg = tmp_path / "g.toml"
-    cfg.write_text('algorithms = ["dp-gd"]\nepsilons = [1.0, 2.0]\nseeds = [3, 4]\n'
+    cfg.write_text('algorithms = ["dp-gd"]\nepsilons = [1.0, 2.0]\nseeds = [3, 4]\ndelta = 0.01\n'
                    'data = ["synthetic-logistic:n=500,d=3"]\ndiagnostics = "light"\n[params.dp-gd]\nsteps = 5\n')
     r = invoke("sweep", cfg, "--workers", 1, "--out-dir", tmp_path / "out")
     assert r.exit_code == 0, r.output
-    assert r.output.count(f"warning: {SEEDED_NOTE}") == 1 and r.output.count("warning:") == 1
+    assert r.output.count(f"warning: {SEEDED_NOTE}") == 1 and r.output.count("warning:") == 2
+    assert r.output.count("warning: delta=0.01 >= 1/n") == 1
     rows = _table(tmp_path / "out")
     assert sorted((row["seed"], row["replicate"]) for row in rows) == [(3, 0), (3, 0), (4, 1), (4, 1)]
     assert all("seed3" in row["record"] or "seed4" in row["record"] for row in rows)
