@@ -30,7 +30,7 @@ def render(release: dict, width: int = 88) -> str:
     para = []
     para.append(
         f"This model was trained with {c['algo']} ({c.get('paper') or 'see dpreg info'}) on {pr['n']} "
-        f"records of {c['data']} with loss {c['loss']}. It is (ε, δ)-differentially private with "
+        f"records of {c['data']} with loss {c['loss']}. It is (ε,\u00a0δ)-differentially private with "
         f"ε = {pr['epsilon']:.4g} and δ = {pr['delta']:.3g} (the budget was ε = {pr['epsilon_budget']:g}), as "
         f"composed by the {pr['accountant']} accountant over every noisy release of the run: on two data sets "
         f"that differ in one record (the relation below), the probability of any outcome differs by at most a "
