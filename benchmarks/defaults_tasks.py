@@ -83,8 +83,8 @@ def main(argv=None):
                     ref = r if r is not None else ref
                     nonpriv = npv if npv is not None else nonpriv
                 cells.append(f"{np.mean(vals):.3f} ± {np.std(vals):.3f}")
-            lines.append(f"| {name} | {metric} | {how} | " + " | ".join(cells)
-                         + f" | {'-' if ref is None else f'{ref:.3f}'} | {'-' if nonpriv is None else f'{nonpriv:.3f}'} |")
+            refs = ["-" if v is None else f"{v:.3f}" for v in (ref, nonpriv)]
+            lines.append(f"| {name} | {metric} | {how} | " + " | ".join(cells + refs) + " |")
             print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if a.out:
