@@ -282,3 +282,42 @@ def test_audit_method_and_fault_errors():
         run_audit(AuditConfig(algo="dp-sgd", method="gaussian", trials=40))
     with pytest.raises(ParameterError, match="tree"):
         run_audit(AuditConfig(noise="gaussian", fault="tree-one-level", trials=40))
+
+
+# ------------------------------------------------------- test-only fault injection
+def test_faults_parse_and_refuse_bad_names():
+    from dpreg.testing.faults import NoiseScale, parse_fault
+
+    f = parse_fault("noise-scale=0.5@hessian")
+    assert isinstance(f, NoiseScale) and f.scale == 0.5 and f.stream == "hessian" and f.needs_algorithm
+    assert parse_fault(None) is None and not parse_fault("noise-scale=2").needs_algorithm
+    for bad in ("noise-scale=0", "noise-scale=x", "noise-scale=0.5@", "bogus"):
+        with pytest.raises(ParameterError):
+            parse_fault(bad)
+
+
+def test_stream_fault_scales_only_its_streams():
+    from dpreg.testing.faults import parse_fault
+
+    f = parse_fault("noise-scale=0.25@hessian")
+    g = f.rng("dp-trust-region hessian noise", np.random.default_rng(1))
+    assert g.standard_normal(3) == pytest.approx(np.random.default_rng(1).standard_normal(3) * 0.25)
+    h = np.random.default_rng(1)
+    assert f.rng("dp-trust-region gradient noise", h) is h
+    assert f.noise(dict) is dict  # a stream fault leaves noise mechanisms alone
+
+
+def test_structural_faults_need_their_mechanism():
+    with pytest.raises(ParameterError, match="sqrt-factorization"):
+        run_audit(AuditConfig(noise="tree", participation="disjoint", fault="no-column-norm", trials=20))
+    with pytest.raises(ParameterError, match="no-running-max needs"):
+        run_audit(AuditConfig(noise="gaussian", participation="disjoint", fault="no-running-max", trials=20))
+
+
+def test_trials_are_bounded():
+    from dpreg.audit import MAX_TRIALS
+
+    with pytest.raises(ParameterError, match="at most"):
+        run_audit(AuditConfig(noise="gaussian", trials=MAX_TRIALS + 1))
+    with pytest.raises(ParameterError, match="trials"):
+        run_audit(AuditConfig(noise="gaussian", trials=True))

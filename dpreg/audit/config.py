@@ -47,6 +47,8 @@ MAX_RELEASES = 32
 #: most runs per data set: the audit keeps every run's features in memory
 #: and its time grows with the runs (about a millisecond each for a mechanism)
 MAX_TRIALS = 200_000
+#: largest canary data set (n x d values)
+MAX_CELLS = 10_000_000
 
 
 @dataclass
@@ -158,6 +160,9 @@ def validate(cfg: AuditConfig) -> None:
         raise ParameterError(f"n must be an integer >= 2, got {cfg.n!r}")
     if not (isinstance(cfg.d, int) and cfg.d >= 1):
         raise ParameterError(f"d must be an integer >= 1, got {cfg.d!r}")
+    if cfg.n * cfg.d > MAX_CELLS:
+        raise ParameterError(f"n x d must be at most {MAX_CELLS:,} (the canary data sets are held in memory), "
+                             f"got {cfg.n:,} x {cfg.d:,}")
     if not (isinstance(cfg.steps, int) and 1 <= cfg.steps <= 4096):
         raise ParameterError(f"steps must be an integer in [1, 4096], got {cfg.steps!r}")
     if cfg.participation not in ("all", "disjoint"):

@@ -36,8 +36,12 @@ from .config import MAX_RELEASES, AuditConfig
 from .stats import (choose_test, epsilon_lower_bound, errors, gaussian_epsilon, known_shift_lower_bound,
                     whitened)
 
-#: most adds of a recorded schedule replayed (whole phases, in the order the run made them)
-MAX_REPLAY_ADDS = 256
+#: most adds of a recorded schedule replayed (whole phases, in the order the run made them; the
+#: first phase whatever its length): every run of the audit replays up to this many
+MAX_REPLAY_ADDS = 32
+#: releases of its phase a placement's statistic reads: up to this many before the canary's add
+#: (they share noise with later ones in the tree mechanisms) and this many from it on
+WINDOW_BEFORE, WINDOW_AFTER = 8, 32
 #: a canary's shift must be the same in every measured run to this relative tolerance
 SHIFT_RTOL = 1e-8
 
@@ -171,7 +175,7 @@ class ReplayExperiment(Experiment):
         for k, c in enumerate(calls):
             phases = []
             for adds in c.phases:
-                if off + len(adds) > MAX_REPLAY_ADDS:
+                if off and off + len(adds) > MAX_REPLAY_ADDS:
                     break
                 self.blocks[(k, len(phases))] = (off, len(adds))
                 phases.append(list(adds))
@@ -230,24 +234,27 @@ class ReplayExperiment(Experiment):
         out = []
         for (k, p), (off, L) in self.blocks.items():
             adds = self.calls[k].phases[p]
-            feats = np.arange(off, off + L)
             phase_events = [ev for j in range(L) for ev in self._charges[(k, p, j)]]
             global_events = [e for e, key in phase_events if key is None]
             where = f"mechanism {k + 1}, phase {p + 1}" if len(self.calls) > 1 else f"phase {p + 1}"
             for j, (s, part) in enumerate(adds):
                 if part.kind != "disjoint" or not s > 0:
                     continue
-                signal = np.zeros(L)
-                signal[j:] = s
+                lo, hi = max(0, j - WINDOW_BEFORE), min(L, j + WINDOW_AFTER)
+                feats = np.arange(off + lo, off + hi)
+                signal = np.zeros(hi - lo)
+                signal[j - lo:] = s
                 mine = {key for _, key in self._charges[(k, p, j)] if key is not None}
                 events = [e for e, key in self._all_charges(k) if key in mine] + global_events
                 eps = claim_epsilon(self.acc_cls, events, self.delta, self.relation, memo)
                 out.append(Placement(f"{where}, add {j + 1} of {L} (sensitivity {s:.4g})", feats, signal, eps,
                                      (k, p, j)))
             if L and all(part.kind == "all" for _, part in adds):
-                signal = np.cumsum([s for s, _ in adds])
+                hi = min(L, WINDOW_BEFORE + WINDOW_AFTER)
+                signal = np.cumsum([s for s, _ in adds[:hi]])
                 eps = claim_epsilon(self.acc_cls, global_events, self.delta, self.relation, memo)
-                out.append(Placement(f"{where}, every add of {L}", feats, signal, eps, (k, p, None)))
+                out.append(Placement(f"{where}, every add of {L}", np.arange(off, off + hi), signal, eps,
+                                     (k, p, None)))
         if not out:
             raise ParameterError(f"{self.target}: no add the canary can be put in (a replay needs disjoint or "
                                  f"full-batch adds; Poisson-sampled adds are amplified by a sampling a replay "
