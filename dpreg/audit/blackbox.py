@@ -88,7 +88,7 @@ def algorithm_params(cfg: AuditConfig, algo_cls) -> dict[str, Any]:
     from ..params import bind
 
     declared = {s.name for s in algo_cls.params}
-    merged = {k: v for k, v in AUDIT_PARAMS.get(cfg.algo, {}).items() if k in declared}
+    merged = {k: v for k, v in AUDIT_PARAMS.get(cfg.algo or "", {}).items() if k in declared}
     merged.update(given_params(cfg))
     return bind(algo_cls.params, merged, f"algorithm {cfg.algo!r}")
 
@@ -234,12 +234,12 @@ def selector_target(cfg: AuditConfig, reg, acc_cls, fault) -> Target:
         C = run_cls(problems[True], accountant=None, rng=None, **kw).C
         alpha = params["alpha"] if params["alpha"] is not None else C / (2.0 * cfg.n)
         params = {**params, "grad_clip": C, "alpha": alpha}
-        W = [np.zeros(cfg.d), FAR * e1]
+        pair = [np.zeros(cfg.d), FAR * e1]
         if relation == "replace-one":  # the mirror's gradient is C at +FAR e_1, ~0 at the origin
-            W.reverse()
+            pair.reverse()
 
         def select(sel):
-            return sel.select(W, cfg.epsilon, alpha, fit=True)
+            return sel.select(pair, cfg.epsilon, alpha, fit=True)
 
         name = f"selector above-threshold (2 candidates, alpha={alpha:.4g}, check={params['check']})"
 

@@ -188,6 +188,9 @@ def validate(cfg: AuditConfig) -> None:
         if cfg.selector is not None:
             raise ParameterError("--white-box audits noise mechanisms and the releases of algorithms, "
                                  "not selectors")
+        if cfg.neighbour != "null":
+            raise ParameterError("--neighbour applies to the end-to-end audit (the white-box canary is an "
+                                 "increment, not a record)")
     elif cfg.method == "gaussian" and (cfg.algo is not None or cfg.selector is not None):
         raise ParameterError("method gaussian audits a noise mechanism alone, or anything with --white-box "
                              "(its Gaussian model does not hold for an algorithm's adaptive runs or a selector)")

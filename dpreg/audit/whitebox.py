@@ -173,7 +173,7 @@ class ReplayExperiment(Experiment):
         self.blocks: dict[tuple[int, int], tuple[int, int]] = {}  # (instance, phase) -> (offset, adds)
         off = 0
         for k, c in enumerate(calls):
-            phases = []
+            phases: list = []
             for adds in c.phases:
                 if off and off + len(adds) > MAX_REPLAY_ADDS:
                     break
@@ -485,6 +485,7 @@ def choose_placement(placements: list[Placement], cal0: np.ndarray, delta: float
         score = gaussian_epsilon(mu, delta) - pl.epsilon_claimed
         if best is None or score > best[0]:
             best = (score, pl, w)
+    assert best is not None, "no placement"
     return best[1], best[2]
 
 
@@ -506,23 +507,23 @@ def measure(exp: Experiment, cfg: AuditConfig, seeds: list[int], method: str,
         done += 1
         progress(done, total)
 
-    cal0, cal1 = [], []
+    runs0, runs1 = [], []
     for s in seeds[:h]:
-        cal0.append(exp.run(s, None, False))
+        runs0.append(exp.run(s, None, False))
         tick()
         if exp.pairs:
-            cal1.append(exp.run(s, None, True))
+            runs1.append(exp.run(s, None, True))
             tick()
-    cal0 = np.array(cal0)
-    pl, w = choose_placement(exp.placements(cal0, np.array(cal1) if exp.pairs else None), cal0, cfg.delta)
+    cal0 = np.array(runs0)
+    pl, w = choose_placement(exp.placements(cal0, np.array(runs1) if exp.pairs else None), cal0, cfg.delta)
     f = pl.features
-    y0, y1 = [], []
+    runs0, runs1 = [], []
     for s in seeds[h:]:
-        y0.append(exp.run(s, pl, False)[f])
+        runs0.append(exp.run(s, pl, False)[f])
         tick()
-        y1.append(exp.run(s, pl, True)[f])
+        runs1.append(exp.run(s, pl, True)[f])
         tick()
-    y0, y1 = np.array(y0), np.array(y1)
+    y0, y1 = np.array(runs0), np.array(runs1)
     D = y1 - y0
     tol = SHIFT_RTOL * (1.0 + np.abs(y0).max(axis=0))
     if not (np.all(np.isfinite(D)) and np.all(np.ptp(D, axis=0) <= tol)):

@@ -49,7 +49,8 @@ from dpreg import hookimpl
 @click.option("--d", "d", type=int, default=2, show_default=True, help="dimension")
 @click.option("--steps", type=int, default=8, show_default=True, help="adds per run (mechanism audit)")
 @click.option("--participation", type=click.Choice(["all", "disjoint"]), default="all", show_default=True,
-              help="mechanism audit: canary in every add, or in the first add only")
+              help="mechanism audit: canary in every add, or in one (the first; with --white-box the one "
+                   "chosen on the calibration half)")
 @click.option("--canary-norm", type=float, default=1.0, show_default=True,
               help="|x| of the canary (> 1: a record that bypassed the loaders' scaling)")
 @click.option("--neighbour", type=click.Choice(["null", "remove"]), default="null", show_default=True,
@@ -100,10 +101,14 @@ def audit(algo, noise, selector, candidates, relation, loss, trials, epsilon, de
         sys.exit(1)
 
 
+def _values(k: int) -> str:
+    return "1 released value" if k == 1 else f"{k} released values"
+
+
 def _report(r, algo, accountant) -> str:
     """The audit's outcome in a few lines."""
     lines = [f"audit     {r.target}" + (f" with noise {r.noise}" if r.noise and algo and not r.white_box else "")
-             + f": {r.trials} runs x 2 data sets, relation {r.relation}"
+             + f": {r.trials} runs per data set, relation {r.relation}"
              + (f"  [TEST-ONLY FAULT {r.fault}]" if r.fault else "")]
     if r.white_box:
         lines.append(f"canary    {r.canary} (chosen on the calibration half)")
@@ -115,14 +120,14 @@ def _report(r, algo, accountant) -> str:
         lines.append(f"event     {r.event} (chosen on the calibration half)")
     if r.white_box and r.method == "gaussian":
         lines.append(f"audited   epsilon_lower={r.epsilon_lower:.4g} ({r.confidence:.0%} bound: mu >= {r.mu_lower:.4g} "
-                     f"from the measured noise of a linear statistic of {r.features} released values)")
+                     f"from the measured noise of a linear statistic of {_values(r.features)})")
     elif r.method == "gaussian":
         lines.append(f"audited   epsilon_lower={r.epsilon_lower:.4g} ({r.confidence:.0%} Gaussian-shift bound "
-                     f"on a linear statistic of {r.features} released values)")
+                     f"on a linear statistic of {_values(r.features)})")
     else:
         lines.append(f"audited   epsilon_lower={r.epsilon_lower:.4g} ({r.confidence:.0%} Clopper-Pearson; "
                      f"FPR={r.fpr:.3f} <= {r.fpr_upper:.3f}, FNR={r.fnr:.3f} <= {r.fnr_upper:.3f}; "
-                     f"statistic of {r.features} released values)")
+                     f"statistic of {_values(r.features)})")
     verdict = ("VIOLATION: epsilon_lower > claimed epsilon" if r.violated
                else "ok: epsilon_lower <= claimed epsilon")
     lines.append(f"result    {verdict}  ({r.seconds:.1f}s)")
