@@ -248,3 +248,14 @@ def test_cli_absurd_sizes_are_one_line_errors(cli, args, msg):
     res = CliRunner().invoke(cli, ["audit", "--noise", "tree"] + args)
     assert res.exit_code == 2 and res.output.strip().startswith(msg), res.output
     assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_white_box_clopper_pearson_is_valid_and_can_fail():
+    """The assumption-free bound on the same white-box statistic: below the
+    claim for the correct mechanism, above it once the noise is a fifth."""
+    common = dict(white_box=True, noise="gaussian", participation="disjoint", method="clopper-pearson",
+                  trials=600, epsilon=1.0, seed=10)
+    good = run_audit(AuditConfig(**common))
+    assert good.method == "clopper-pearson" and not good.violated, good.as_dict()
+    bad = run_audit(AuditConfig(fault="noise-scale=0.2", **common))
+    assert bad.violated and bad.fpr_upper < 0.2, bad.as_dict()
