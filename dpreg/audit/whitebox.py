@@ -185,9 +185,11 @@ class ReplayExperiment(Experiment):
             if off >= MAX_REPLAY_ADDS or len(phases) < len(c.phases):
                 break
         self.n_features = off
-        self.truncated = sum(len(a) for c in calls for a in c.phases) - off
+        made = sum(len(a) for c in calls for a in c.phases)
         if off == 0:
             raise ParameterError(f"{target}: the run made no noise mechanism release to replay")
+        if made > off:
+            self.target += f" (the first {off} of its {made} adds)"
         self._charges = self._dry_charges()
 
     def _mechanism(self, k: int, seed: int, accountant):
