@@ -93,7 +93,7 @@ def digits_csv(tmp_path_factory):
 
 @pytest.mark.slow
 def test_cli_softmax_learns_ten_classes_and_predict_returns_labels(digits_csv, tmp_path):
-    """The issue's 'done': dp-sgd with softmax on a 10-class file at eps = 2
+    """dp-sgd with softmax on a 10-class file at eps = 2
     learns far above the majority rate; predict writes class labels (and
     probabilities on request); privacy states the run."""
     train, test, yte = digits_csv
