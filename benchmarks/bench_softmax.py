@@ -158,7 +158,7 @@ def dp_sgd_overhead(steps=300, layout="dense", repeats=3):
     with threadpool_limits(limits=1):
         for _ in range(repeats):
             rec = dpreg.run(algo="dp-sgd", loss="softmax", data=data, labels=tuple(range(K)), epsilon=2.0, seed=0,
-                            intercept=False, scaling="none", params={"steps": steps, "batch": BATCH},
+                            warn=False, intercept=False, scaling="none", params={"steps": steps, "batch": BATCH},
                             diagnostics="light")
             runs.append(rec["diagnostics"]["timing"]["run_s"])
             idxs = [case.rng.integers(0, N, BATCH) for _ in range(steps)]

@@ -8,7 +8,9 @@ Rows: ``dpreg run --algo dp-sgd`` with every other option at its default (the
 registered data sets declare their classes and feature bounds; diabetes' target
 range is estimated privately), ``dpreg run`` with the default algorithm
 (adaptive-spider), and the scikit-learn estimators' defaults
-(``DPClassifier()`` / ``DPRegressor()``) on the raw arrays of the same split.
+(``DPClassifier()`` / ``DPRegressor()``) on the raw arrays of the same split,
+alone and after scikit-learn's ``StandardScaler`` in a ``Pipeline`` (the
+scaler reads its means and deviations off the data: not private).
 
     python benchmarks/defaults_tasks.py [--seeds 5] [--out table.md]
 """
@@ -44,11 +46,16 @@ def run_cli(name, eps, seed, algo):
     return m["test_accuracy"], b.get("test_majority_rate"), b.get("nonprivate_test_accuracy")
 
 
-def run_estimator(name, eps, seed):
+def run_estimator(name, eps, seed, scaler=False):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
     from dpreg.sklearn import DPClassifier, DPRegressor
 
     Xtr, ytr, Xte, yte = _split(name)
     est = (DPRegressor if name == "diabetes" else DPClassifier)(epsilon=eps, random_state=seed)
+    if scaler:  # what a scikit-learn user writes (the scaler itself reads the data: not private)
+        est = make_pipeline(StandardScaler(), est)
     return est.fit(Xtr, ytr).score(Xte, yte), None, None
 
 
@@ -62,10 +69,11 @@ def main(argv=None):
              "mean) | non-private |", "|---|---|---|" + "---|" * len(EPS) + "---|---|"]
     for name in DATA:
         metric = "test R^2" if name == "diabetes" else "test accuracy"
+        est = "DPRegressor()" if name == "diabetes" else "DPClassifier()"
         for how, f in (("dpreg run --algo dp-sgd", lambda e, s: run_cli(name, e, s, "dp-sgd")),
                        ("dpreg run (adaptive-spider)", lambda e, s: run_cli(name, e, s, "adaptive-spider")),
-                       ("DPRegressor()" if name == "diabetes" else "DPClassifier()",
-                        lambda e, s: run_estimator(name, e, s))):
+                       (f"{est}, raw arrays", lambda e, s: run_estimator(name, e, s)),
+                       (f"StandardScaler + {est}", lambda e, s: run_estimator(name, e, s, scaler=True))):
             cells, ref, nonpriv = [], None, None
             for e in EPS:
                 vals = []
@@ -75,8 +83,8 @@ def main(argv=None):
                     ref = r if r is not None else ref
                     nonpriv = npv if npv is not None else nonpriv
                 cells.append(f"{np.mean(vals):.3f} ± {np.std(vals):.3f}")
-            lines.append(f"| {name} | {metric} | {how} | " + " | ".join(cells)
-                         + f" | {'-' if ref is None else f'{ref:.3f}'} | {'-' if nonpriv is None else f'{nonpriv:.3f}'} |")
+            refs = ["-" if v is None else f"{v:.3f}" for v in (ref, nonpriv)]
+            lines.append(f"| {name} | {metric} | {how} | " + " | ".join(cells + refs) + " |")
             print(lines[-1], flush=True)
     text = "\n".join(lines) + "\n"
     if a.out:

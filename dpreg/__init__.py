@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .errors import DpregWarning, PrivacyWarning
 from .hookspecs import hookimpl
 
 __version__ = "0.1.0"
-__all__ = ["hookimpl", "run", "load_model", "__version__"]
+__all__ = ["hookimpl", "run", "load_model", "PrivacyWarning", "DpregWarning", "__version__"]
 
 
 def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = "auto",
@@ -23,10 +24,10 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         noise_multiplier: float | None = None, seed: int | None = None, split_seed: int = 0,
         features: int | None = None, zero_based: bool | None = None, labels: Any = None,
         target_bounds: Any = "auto", target_share: float = 0.1, intercept: bool | None = None,
-        scaling: str = "auto", bounds: str | None = None, scaling_share: float = 0.1, alpha: float | None = None, select: str | None = None,
-        select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
+        scaling: str = "auto", bounds: str | None = None, scaling_share: float = 0.1, alpha: float | None = None,
+        select: str | None = None, select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
         progress: Callable[[int, int], None] | None = None,
-        warn: Callable[[str], None] | None = None) -> dict:
+        warn: Callable[[str], None] | bool | None = None) -> dict:
     """Run one pipeline, exactly as ``dpreg run`` does, and return its record
     (``{"release": ..., "diagnostics": ...}``).
 
@@ -44,6 +45,11 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     ``target_bounds``: the public range of a regression target ((lo, hi),
     "auto" or "none"; :mod:`dpreg.tasks`).  See
     :class:`dpreg.pipeline.RunConfig` for the other options.
+
+    Privacy warnings (seeded randomness, delta >= 1/n, a schema inferred from
+    the data) are raised with :func:`warnings.warn` as
+    :class:`dpreg.PrivacyWarning` (a ``UserWarning``); ``warn=callable``
+    sends them to that function instead, ``warn=False`` drops them.
     """
     from .params import practitioner_params
     from .pipeline import RunConfig, run_pipeline
@@ -55,9 +61,9 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         algo=algo, noise=noise, loss=loss, data=data, test_data=test_data, test_fraction=test_fraction,
         epsilon=epsilon, delta=delta, accountant=accountant, params=params,
         seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
-        target_bounds=target_bounds, target_share=target_share, intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share, alpha=alpha,
-        select=select, select_share=select_share, out=out, diagnostics=diagnostics, progress=progress,
-        warn=warn))
+        target_bounds=target_bounds, target_share=target_share, intercept=intercept, scaling=scaling, bounds=bounds,
+        scaling_share=scaling_share, alpha=alpha, select=select, select_share=select_share, out=out,
+        diagnostics=diagnostics, progress=progress, warn=warn))
 
 
 def load_model(path_or_record):

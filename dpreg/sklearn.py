@@ -17,10 +17,23 @@ Their defaults are ``dpreg run``'s (``loss="auto"``, ``scaling="auto"``,
 ``target_bounds="auto"``), with ``dp-sgd`` as the algorithm.
 
 Privacy: each ``fit`` is (epsilon, delta)-DP with respect to one record of
-``(X, y)`` (``privacy_`` is the release's privacy statement).  Not covered:
+``(X, y)`` (``privacy_`` is the release's privacy statement).  A fitted
+estimator is a release - it is what people pickle and share - so by default it
+holds the release alone: the model (``coef_``, ``intercept_``, ``model_``), the
+privacy statement (``privacy_``) and the public configuration
+(``record_["release"]``), nothing computed on the data outside the
+accounting (no clip counts, iteration or record counts, metrics or timings).
+``diagnostics=True`` (or ``"light"``) adds the run's non-private diagnostics
+to ``record_`` (under ``"diagnostics"``, labelled ``non_private``) and
+``n_iter_``, as ``dpreg run`` writes them: do not share such an estimator.
+Two things are *not* covered:
 
-* the set of classes (``classes_``) is read off ``y``, as scikit-learn does;
-  pass ``classes=`` (two labels, or K) to declare it instead;
+* the set of classes (``classes_``), when read off ``y`` as scikit-learn does
+  (one record can change it): ``privacy_["classes"]`` then says so, it is
+  listed under ``privacy_["not_covered"]`` and a
+  :class:`dpreg.PrivacyWarning` is raised; pass ``classes=`` (the two labels,
+  negative then positive, or the K labels in order) to declare it as public
+  input instead;
 * tuning over several fits - ``GridSearchCV``, ``cross_val_score`` with model
   selection - looks at the data once per candidate and picks by an unnoised
   score: it is *non-private* tuning, and the guarantee of the chosen model no
@@ -35,7 +48,8 @@ when it is known.
 
 ``random_state=None`` (the default) draws the noise from OS entropy, as
 ``dpreg run`` does; an integer is the reproducible research mode (keep it
-secret).
+secret; a :class:`dpreg.PrivacyWarning` says so at each fit, as do the other
+privacy warnings of the run: delta >= 1/n).
 """
 from __future__ import annotations
 
@@ -47,6 +61,18 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 
+#: the privacy statement's note (and the warning) when the classes are read off ``y``
+CLASSES_INFERRED = ("classes read off y: one record can change the set of classes, which the privacy "
+                    "guarantee does not cover; pass classes=(...) to declare them")
+
+
+def _check_diagnostics(est) -> None:
+    from .errors import ParameterError
+
+    if est.diagnostics not in (False, True, "light"):
+        raise ParameterError(f"diagnostics must be False, True or 'light', got {est.diagnostics!r}")
+
+
 def _run(est, X, y, *, loss: str, labels, task: str, extra: dict):
     """The pipeline run of one ``fit`` (the estimator's own parameters, arrays
     in): its record."""
@@ -56,6 +82,13 @@ def _run(est, X, y, *, loss: str, labels, task: str, extra: dict):
 
     # a loss with its own bias terms (a network) takes no intercept column: fit_intercept does not apply
     intercept = None if own_biases(get_loss(get_registry(), loss)) else est.fit_intercept
+    def warn(msg: str) -> None:  # the run's privacy warnings, attributed to the caller of fit
+        import warnings
+
+        from .errors import PrivacyWarning
+
+        warnings.warn(msg, PrivacyWarning, stacklevel=5)  # warn <- run_pipeline <- _run <- fit <- caller
+
     params = practitioner_params(est.algorithm, dict(est.params or {}),
                                  dict(epochs=est.epochs, lr=est.lr, batch_size=est.batch_size,
                                       max_grad_norm=est.max_grad_norm, noise_multiplier=est.noise_multiplier))
@@ -64,18 +97,22 @@ def _run(est, X, y, *, loss: str, labels, task: str, extra: dict):
         delta=est.delta, accountant=est.accountant, params=params,
         seed=est.random_state, intercept=intercept,
         scaling="bounds" if est.bounds is not None else est.scaling, bounds=est.bounds,
-        labels=labels, task=task, diagnostics="light", **extra))
+        labels=labels, task=task, diagnostics=est.diagnostics, warn=warn, **extra))
 
 
 def _fitted_release(est, rec) -> None:
     """The fitted attributes every estimator here shares: ``record_``,
-    ``model_``, ``privacy_``, ``n_iter_``."""
+    ``model_``, ``privacy_`` and, with diagnostics only, ``n_iter_`` (a refit
+    without them keeps none of the last fit's)."""
     from .model import load_model
 
     est.record_ = rec
     est.model_ = load_model(rec)
     est.privacy_ = rec["release"]["privacy"]
-    est.n_iter_ = rec["diagnostics"]["usage"]["iterations"]
+    if "diagnostics" in rec:
+        est.n_iter_ = rec["diagnostics"]["usage"]["iterations"]
+    elif hasattr(est, "n_iter_"):
+        del est.n_iter_
 
 
 class DPClassifier(ClassifierMixin, BaseEstimator):
@@ -93,13 +130,18 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     scaling, bounds: per-feature map, as ``dpreg run --scaling`` ("auto": private scales where
                      they pay, else none; "none"; "bounds" with ``bounds=(lower, upper)`` lists of
                      public per-feature bounds; "private")
-    classes:         the class labels in order, declared (two: negative, positive); None: read off ``y``
+    classes:         the class labels in order, declared (public input; two: negative, positive);
+                     None: read off ``y`` (stated in ``privacy_``, with a PrivacyWarning)
     random_state:    None (secret OS entropy) or a research seed
+    diagnostics:     False (the default: the fitted estimator holds the release alone), "light"
+                     (adds counts and accounting) or True (adds metrics on the training data too):
+                     non-private, as ``dpreg run``'s record labels them
 
     Fitted attributes: ``classes_``, ``n_features_in_``, ``coef_`` ((1, p) for two classes,
     (K, p) for K) and ``intercept_`` ((1,) or (K,)), over the row-scaled features (see
-    :mod:`dpreg.preprocess`), ``privacy_`` (the privacy statement), ``n_iter_``, ``model_``
-    (:class:`dpreg.model.Model`), ``record_`` (the run's record).
+    :mod:`dpreg.preprocess`), ``privacy_`` (the privacy statement), ``model_``
+    (:class:`dpreg.model.Model`), ``record_`` (the run's record as ``dpreg run`` would write
+    it with these diagnostics: the release alone by default); with diagnostics, ``n_iter_``.
     """
 
     def __init__(self, algorithm: str = "dp-sgd", noise: str | None = None, loss: str = "auto",
@@ -107,7 +149,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                  params: dict[str, Any] | None = None, fit_intercept: bool = True, scaling: str = "auto",
                  bounds: tuple | None = None, classes: tuple | None = None, random_state: int | None = None,
                  epochs: float | None = None, lr: float | None = None, batch_size: int | None = None,
-                 max_grad_norm: float | None = None, noise_multiplier: float | None = None):
+                 max_grad_norm: float | None = None, noise_multiplier: float | None = None,
+                 diagnostics: bool | str = False):
         self.algorithm = algorithm
         self.noise = noise
         self.loss = loss
@@ -125,6 +168,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         self.batch_size = batch_size
         self.max_grad_norm = max_grad_norm
         self.noise_multiplier = noise_multiplier
+        self.diagnostics = diagnostics
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -153,6 +197,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
 
     def fit(self, X, y):
         """Fit a private model on ``(X, y)``; returns self."""
+        _check_diagnostics(self)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=False)
         check_classification_targets(y)
         classes = np.unique(y) if self.classes is None else np.asarray(self.classes)
@@ -172,7 +217,19 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
             yy, labels = 2.0 * yi - 1.0, (-1.0, 1.0)
         else:
             yy, labels = yi, tuple(float(k) for k in range(len(classes)))
+        inferred = self.classes is None
+        if inferred:
+            import warnings
+
+            from .errors import PrivacyWarning
+
+            warnings.warn(CLASSES_INFERRED, PrivacyWarning, stacklevel=2)
         rec = _run(self, X, yy, loss=spec, labels=labels, task=task, extra={})
+        privacy = rec["release"]["privacy"]
+        privacy["classes"] = {"source": "inferred" if inferred else "declared",
+                              "note": CLASSES_INFERRED if inferred else "declared by the caller (public input)"}
+        if inferred:
+            privacy["not_covered"] = list(privacy.get("not_covered", [])) + ["the set of classes, read off y"]
         _fitted_release(self, rec)
         m = rec["release"]["model"]
         if m["coef"] is None:
@@ -216,12 +273,12 @@ class DPRegressor(RegressorMixin, BaseEstimator):
                      ``target_share`` of epsilon; "none": y as it is
     target_share:    the share of epsilon the "auto" range spends
     params, epochs, lr, batch_size, max_grad_norm, noise_multiplier, fit_intercept, scaling,
-    bounds, random_state: as :class:`DPClassifier`
+    bounds, random_state, diagnostics: as :class:`DPClassifier`
 
     Fitted attributes: ``n_features_in_``, ``coef_`` (p,) and ``intercept_`` (float) over the
     row-scaled features and in the model's target units (``target_`` maps them back),
-    ``target_`` (the target transform as a dict), ``privacy_``, ``n_iter_``, ``model_``,
-    ``record_``.
+    ``target_`` (the target transform as a dict), ``privacy_``, ``model_``, ``record_`` (the
+    release alone by default); with diagnostics, ``n_iter_``.
     """
 
     def __init__(self, algorithm: str = "dp-sgd", noise: str | None = None, loss: str = "squared",
@@ -230,7 +287,7 @@ class DPRegressor(RegressorMixin, BaseEstimator):
                  bounds: tuple | None = None, target_bounds: Any = "auto", target_share: float = 0.1,
                  random_state: int | None = None, epochs: float | None = None, lr: float | None = None,
                  batch_size: int | None = None, max_grad_norm: float | None = None,
-                 noise_multiplier: float | None = None):
+                 noise_multiplier: float | None = None, diagnostics: bool | str = False):
         self.algorithm = algorithm
         self.noise = noise
         self.loss = loss
@@ -249,6 +306,7 @@ class DPRegressor(RegressorMixin, BaseEstimator):
         self.batch_size = batch_size
         self.max_grad_norm = max_grad_norm
         self.noise_multiplier = noise_multiplier
+        self.diagnostics = diagnostics
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -258,6 +316,7 @@ class DPRegressor(RegressorMixin, BaseEstimator):
 
     def fit(self, X, y):
         """Fit a private regression model on ``(X, y)``; returns self."""
+        _check_diagnostics(self)
         from .pipeline import get_loss
         from .registry import get_registry
         from .tasks import predicts_target

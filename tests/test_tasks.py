@@ -93,7 +93,7 @@ def digits_csv(tmp_path_factory):
 
 @pytest.mark.slow
 def test_cli_softmax_learns_ten_classes_and_predict_returns_labels(digits_csv, tmp_path):
-    """The issue's 'done': dp-sgd with softmax on a 10-class file at eps = 2
+    """dp-sgd with softmax on a 10-class file at eps = 2
     learns far above the majority rate; predict writes class labels (and
     probabilities on request); privacy states the run."""
     train, test, yte = digits_csv
@@ -320,3 +320,29 @@ def test_private_target_range_is_epsilon_dp_on_a_worst_case_pair():
 
     assert worst_log_ratio(1.0, 1.0) <= 1.0
     assert worst_log_ratio(4.0, 4.0) > 1.0
+
+
+def test_tasks_of_the_losses_and_the_target_transform(registry):
+    from dpreg.tasks import TargetTransform, loss_task, origin_bound, parse_target_bounds, predicts_target
+
+    tasks = {n: loss_task(registry.get("loss", n)) for n in ("logistic", "sigmoid", "ramp", "softmax", "squared",
+                                                             "huber", "phase-retrieval", "lowy-synthetic")}
+    assert tasks == {"logistic": "binary", "sigmoid": "binary", "ramp": "binary", "softmax": "multiclass",
+                     "squared": "regression", "huber": "regression", "phase-retrieval": "regression",
+                     "lowy-synthetic": "regression"}
+    assert predicts_target(registry.get("loss", "squared")) and not predicts_target(registry.get("loss",
+                                                                                                "phase-retrieval"))
+    assert origin_bound(registry.get("loss", "softmax").with_classes(10)) == pytest.approx(math.log(10))
+    assert origin_bound(registry.get("loss", "logistic")) == pytest.approx(math.log(2))
+    assert origin_bound(registry.get("loss", "squared")) == 0.5
+    t = TargetTransform.bounds(25, 345)
+    y = np.array([25.0, 185.0, 345.0, 400.0, -10.0])
+    np.testing.assert_allclose(t.apply(y), [-1.0, 0.0, 1.0, 1.0, -1.0])  # beyond the range: clipped
+    np.testing.assert_allclose(t.inverse(t.apply(y[:3])), y[:3])
+    assert TargetTransform.from_dict(t.as_dict()) == t and TargetTransform.from_dict(None).kind == "none"
+    assert parse_target_bounds("0,1") == (0.0, 1.0) and parse_target_bounds("auto") == "auto"
+    for bad in ("1,0", "0", "a,b", "0,inf"):
+        with pytest.raises(ParameterError):
+            parse_target_bounds(bad)
+    with pytest.raises(ParameterError):
+        TargetTransform("bounds", 1.0, 1.0)

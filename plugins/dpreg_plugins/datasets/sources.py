@@ -172,44 +172,44 @@ SOURCES = {
     "adult": lambda: DatasetSource(
         lambda s: _adult("train"),
         "UCI Adult (a9a encoding), 32,561 x 123, official test split; shipped, CC BY 4.0",
-        load_test=lambda s: _adult("test"), schema=ADULT_SCHEMA, common_scale=True),
+        load_test=lambda s: _adult("test"), schema=ADULT_SCHEMA, common_scale=True, public=True),
     "breast-cancer": lambda: DatasetSource(
         _breast_cancer, "Wisconsin breast cancer, 569 x 30 (bundled with scikit-learn); public feature bounds",
         schema=Schema(n_features=30, labels=(-1.0, 1.0)),
-        bounds=([0.0] * 30, [float(v) for v in BREAST_CANCER_UPPER])),
+        bounds=([0.0] * 30, [float(v) for v in BREAST_CANCER_UPPER]), public=True),
     "digits": lambda: DatasetSource(
         _digits, "handwritten digits, 1,797 x 64 pixel counts 0..16, 10 classes (bundled with scikit-learn)",
         schema=Schema(n_features=64, labels=tuple(float(k) for k in range(10))), labels="multiclass",
-        task="multiclass", common_scale=True),
+        task="multiclass", common_scale=True, public=True),
     "wine": lambda: DatasetSource(
         _wine, "wine recognition, 178 x 13, 3 classes (bundled with scikit-learn); public feature bounds",
         schema=Schema(n_features=13, labels=(0.0, 1.0, 2.0)), labels="multiclass", task="multiclass",
-        bounds=([float(v) for v in WINE_LOWER], [float(v) for v in WINE_UPPER])),
+        bounds=([float(v) for v in WINE_LOWER], [float(v) for v in WINE_UPPER]), public=True),
     "diabetes": lambda: DatasetSource(
         _diabetes, "diabetes progression, 442 x 10, regression (bundled with scikit-learn); public feature bounds",
         schema=Schema(n_features=10), labels="real", task="regression",
-        bounds=([-0.2] * 10, [0.2] * 10)),
+        bounds=([-0.2] * 10, [0.2] * 10), public=True),
     "synthetic-logistic": lambda n=10000, d=20, noise=1.0: DatasetSource(
         lambda s: _planted_logistic(int(n), int(d), s, float(noise)),
         "planted logistic model, Gaussian features (options n, d, noise)",
         load_test=lambda s: _planted_logistic(max(int(n) // 4, 2), int(d), s, float(noise), stream=1),
-        common_scale=True),
+        common_scale=True, public=True),
     "synthetic-regression": lambda n=10000, d=20, noise=0.5: DatasetSource(
         lambda s: _planted_linear(int(n), int(d), s, float(noise)),
         "planted linear model y = <x, w*> + noise, Gaussian features (options n, d, noise)",
         load_test=lambda s: _planted_linear(max(int(n) // 4, 2), int(d), s, float(noise), stream=1),
-        labels="real", task="regression", common_scale=True),
+        labels="real", task="regression", common_scale=True, public=True),
     "synthetic-covtype": lambda n=581012, d=54: DatasetSource(
         lambda s: _planted_logistic(int(n), int(d), s),
-        "Covertype-shaped planted logistic data, 581,012 x 54 (options n, d)", common_scale=True),
+        "Covertype-shaped planted logistic data, 581,012 x 54 (options n, d)", common_scale=True, public=True),
     "lowy-synthetic": lambda n=100, d=100: DatasetSource(
         lambda s: _lowy(int(n), int(d), s, 0),
         "x uniform in the unit ball, n = d = 100 (warm-start paper section 9)",
-        load_test=lambda s: _lowy(int(n), int(d), s, 1), labels="ignored", common_scale=True),
+        load_test=lambda s: _lowy(int(n), int(d), s, 1), labels="ignored", common_scale=True, public=True),
     "phase-retrieval": lambda n=2000, d=10: DatasetSource(
         lambda s: _phase(int(n), int(d), s, 0),
         "y = <x, e1>^2, x uniform on the unit sphere (options n, d)",
-        load_test=lambda s: _phase(int(n), int(d), s, 1), labels="real", common_scale=True),
+        load_test=lambda s: _phase(int(n), int(d), s, 1), labels="real", common_scale=True, public=True),
 }
 
 
