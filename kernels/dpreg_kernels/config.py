@@ -231,14 +231,15 @@ PARALLEL_WORK: int = int(os.environ.get("DPREG_PARALLEL_WORK", str(1 << 16)))
 #: A kernel whose parallel variant is neither compiled in this process nor in
 #: numba's on-disk cache runs its serial variant, even where
 #: :func:`want_parallel` says parallel, until those serial calls have taken
-#: this many CPU seconds in the process: compiling a parallel variant costs
-#: seconds of CPU (``python benchmarks/bench_end_to_end.py``'s compile figures),
-#: more than a short run's whole kernel time, so it is bought only once the work
-#: has shown it pays (the ski-rental rule: rent until the rent paid equals the
-#: price).  Serial and parallel variants give bit-identical results, so the
-#: switch never changes a run.  ``DPREG_PARALLEL_AMORTIZE_S=0``: compile it as
-#: soon as it is wanted.
-PARALLEL_AMORTIZE_S: float = float(os.environ.get("DPREG_PARALLEL_AMORTIZE_S", "1.5"))
+#: this many CPU seconds in the process: compiling a parallel variant costs about
+#: this much CPU (the parallel clipped sum, after the serial one: 3.5 s on the
+#: 2-vCPU machine of docs/benchmarks.md, ``python benchmarks/compile_parts.py
+#: --parallel``), more than a short run's whole kernel time, so it is bought only
+#: once the work has shown it pays (the ski-rental rule: rent until the rent paid
+#: equals the price).  Serial and parallel variants give bit-identical results,
+#: so the switch never changes a run.  ``DPREG_PARALLEL_AMORTIZE_S=0``: compile it
+#: as soon as it is wanted.
+PARALLEL_AMORTIZE_S: float = float(os.environ.get("DPREG_PARALLEL_AMORTIZE_S", "3.0"))
 
 
 def want_parallel(work: int) -> bool:
