@@ -91,7 +91,7 @@ class LinearModelLoss:
     psi_grad_kernel: Callable | str | None = None
 
     def constants(self, d: int) -> tuple[float, float, float]:
-        """(G, M, rho) for |x| <= 1; see class docstring."""
+        """(G, M, rho) for ``|x| <= 1``; see class docstring."""
         raise NotImplementedError
 
     def psi(self, w: np.ndarray) -> float:
@@ -242,12 +242,13 @@ def charge(accountant: "Accountant", event, participation: Participation, label:
 class Estimate:
     """A non-private gradient (difference) estimate and its enforced sensitivity.
 
-    value:        the estimate (a mean over the batch; d-vector)
-    sensitivity:  l2 sensitivity of ``value`` to one record under the
-                  accountant's relation, guaranteed by clipping in the kernel
-    participation: which records it involved
-    batch:        number of records in the batch
-    clipped:      how many per-record terms were clipped
+    Attributes:
+        value: the estimate (a mean over the batch; d-vector)
+        sensitivity: l2 sensitivity of ``value`` to one record under the accountant's
+            relation, guaranteed by clipping in the kernel
+        participation: which records it involved
+        batch: number of records in the batch
+        clipped: how many per-record terms were clipped
     """
 
     value: np.ndarray

@@ -118,24 +118,25 @@ def _fitted_release(est, rec) -> None:
 class DPClassifier(ClassifierMixin, BaseEstimator):
     """Differentially private classifier, two classes or K (see the module docstring).
 
-    algorithm, noise, loss, accountant: registered names (``dpreg list``); loss "auto":
-                     logistic for two classes, softmax for more (a binary loss refuses K > 2)
-    epsilon, delta:  the privacy budget of one ``fit`` (delta None: min(1e-5, 1/(10 n)))
-    params:          algorithm parameters, e.g. ``{"steps": 200}`` (``dpreg info ALGO``)
-    epochs, lr, batch_size, max_grad_norm, noise_multiplier:
-                     practitioner names of the algorithm's own parameters (None: not given;
-                     ``noise_multiplier`` fixes the multiplier, refused if over the budget)
-    fit_intercept:   a bias coordinate (K for K classes) inside every clipped per-record gradient
-                     (a network has its own biases: it ignores this)
-    scaling, bounds: per-feature map, as ``dpreg run --scaling`` ("auto": private scales where
-                     they pay, else none; "none"; "bounds" with ``bounds=(lower, upper)`` lists of
-                     public per-feature bounds; "private")
-    classes:         the class labels in order, declared (public input; two: negative, positive);
-                     None: read off ``y`` (stated in ``privacy_``, with a PrivacyWarning)
-    random_state:    None (secret OS entropy) or a research seed
-    diagnostics:     False (the default: the fitted estimator holds the release alone), "light"
-                     (adds counts and accounting) or True (adds metrics on the training data too):
-                     non-private, as ``dpreg run``'s record labels them
+    Args:
+        algorithm, noise, loss, accountant: registered names (``dpreg list``); loss "auto":
+            logistic for two classes, softmax for more (a binary loss refuses K > 2)
+        epsilon, delta: the privacy budget of one ``fit`` (delta None: min(1e-5, 1/(10 n)))
+        params: algorithm parameters, e.g. ``{"steps": 200}`` (``dpreg info ALGO``)
+        epochs, lr, batch_size, max_grad_norm, noise_multiplier: practitioner names of the
+            algorithm's own parameters (None: not given; ``noise_multiplier`` fixes the
+            multiplier, refused if over the budget)
+        fit_intercept: a bias coordinate (K for K classes) inside every clipped per-record
+            gradient (a network has its own biases: it ignores this)
+        scaling, bounds: per-feature map, as ``dpreg run --scaling`` ("auto": private scales
+            where they pay, else none; "none"; "bounds" with ``bounds=(lower, upper)`` lists of
+            public per-feature bounds; "private")
+        classes: the class labels in order, declared (public input; two: negative, positive);
+            None: read off ``y`` (stated in ``privacy_``, with a PrivacyWarning)
+        random_state: None (secret OS entropy) or a research seed
+        diagnostics: False (the default: the fitted estimator holds the release alone),
+            "light" (adds counts and accounting) or True (adds metrics on the training data
+            too): non-private, as ``dpreg run``'s record labels them
 
     Fitted attributes: ``classes_``, ``n_features_in_``, ``coef_`` ((1, p) for two classes,
     (K, p) for K) and ``intercept_`` ((1,) or (K,)), over the row-scaled features (see
@@ -265,15 +266,16 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
 class DPRegressor(RegressorMixin, BaseEstimator):
     """Differentially private regression (see the module docstring).
 
-    algorithm, noise, loss, accountant: registered names; loss "squared" (least squares) or
-                     "huber" (robust: bounded per-record gradient)
-    epsilon, delta:  the privacy budget of one ``fit`` (delta None: min(1e-5, 1/(10 n)))
-    target_bounds:   the public range (lo, hi) of y, mapped into [-1, 1] (values beyond are
-                     clipped; predictions come back in y's units); "auto": estimated privately with
-                     ``target_share`` of epsilon; "none": y as it is
-    target_share:    the share of epsilon the "auto" range spends
-    params, epochs, lr, batch_size, max_grad_norm, noise_multiplier, fit_intercept, scaling,
-    bounds, random_state, diagnostics: as :class:`DPClassifier`
+    Args:
+        algorithm, noise, loss, accountant: registered names; loss "squared" (least squares)
+            or "huber" (robust: bounded per-record gradient)
+        epsilon, delta: the privacy budget of one ``fit`` (delta None: min(1e-5, 1/(10 n)))
+        target_bounds: the public range (lo, hi) of y, mapped into [-1, 1] (values beyond are
+            clipped; predictions come back in y's units); "auto": estimated privately with
+            ``target_share`` of epsilon; "none": y as it is
+        target_share: the share of epsilon the "auto" range spends
+        params, epochs, lr, batch_size, max_grad_norm, noise_multiplier, fit_intercept,
+            scaling, bounds, random_state, diagnostics: as :class:`DPClassifier`
 
     Fitted attributes: ``n_features_in_``, ``coef_`` (p,) and ``intercept_`` (float) over the
     row-scaled features and in the model's target units (``target_`` maps them back),

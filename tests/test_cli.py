@@ -4,6 +4,7 @@ import json
 import numpy as np
 from click.testing import CliRunner
 
+import dpreg
 from dpreg.cli import cli
 
 
@@ -16,7 +17,7 @@ def test_list_shows_every_kind_with_package_and_version():
     assert r.exit_code == 0
     for kind in ("loss:", "oracle:", "noise:", "algorithm:", "accountant:", "dataset:"):
         assert kind in r.output
-    assert "dp-sgd" in r.output and "dpreg 0.1.0" in r.output
+    assert "dp-sgd" in r.output and f"dpreg {dpreg.__version__}" in r.output
 
 
 def test_list_kind_json():
