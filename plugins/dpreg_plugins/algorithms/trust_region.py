@@ -56,7 +56,7 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
-from dpreg.accounting import composed, gaussian_event, poisson_sampled, self_composed
+from dpreg.accounting import composed, gaussian_event, poisson_sampled, sampled_without_replacement, self_composed
 from dpreg.errors import BudgetExceededError, ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput, charge
 from dpreg.params import ParamSpec
@@ -307,9 +307,7 @@ class DPStochasticTrustRegion(_TrustRegion):
         if b >= n:
             return gaussian_event(z)
         if self.fixed:
-            from dpreg.accounting import _dpa
-
-            return _dpa().SampledWithoutReplacementDpEvent(n, b, gaussian_event(z))
+            return sampled_without_replacement(n, b, gaussian_event(z))
         return poisson_sampled(b / n, gaussian_event(z))
 
     def _setup(self, T):
