@@ -11,7 +11,7 @@ import pytest
 from dpreg import accounting
 from dpreg.accounting import rdp as rdp_module
 from dpreg.accounting.accountant import Accountant
-from dpreg.accounting.calibration import argmin_unimodal
+from dpreg.accounting.calibration import argmin_near, argmin_unimodal
 from dpreg.accounting import (PldAccountant, RdpAccountant, composed, gaussian_event, poisson_sampled,
                               pure_dp_event, self_composed)
 from dpreg.errors import ParameterError
@@ -118,15 +118,20 @@ ORDER_PLANS = dict(PLANS, **{
     "tiny-q": ("add-remove", 0.3, 1e-7, lambda z: self_composed(poisson_sampled(1e-4, gaussian_event(z)), 20000)),
     "few-steps": ("add-remove", 4.0, 1e-5, lambda z: self_composed(poisson_sampled(0.3, gaussian_event(z)), 3)),
     "large-order": ("replace-one", 8.0, 1e-5, lambda z: gaussian_event(z)),
+    "without-replacement": ("replace-one", 2.0, 1e-5,
+                            lambda z: self_composed(accounting.sampled_without_replacement(3000, 500,
+                                                                                          gaussian_event(z)), 10)),
 })
 
 
 @pytest.mark.parametrize("charged", [False, True])
-@pytest.mark.parametrize("plan", sorted(ORDER_PLANS))
+@pytest.mark.parametrize("plan", [pytest.param(p, marks=pytest.mark.slow) if p == "without-replacement" else p
+                                  for p in sorted(ORDER_PLANS)])  # slow: the reference's whole curves
 def test_search_by_orders_equals_the_whole_curve_search(monkeypatch, plan, charged):
-    """The order-by-order search and the plain search on whole curves give the same
-    multiplier (to their precision), on top of an empty or a charged state; the
-    order-by-order answer passes its check (no fallback to the plain search)."""
+    """The search on a few orders per trial and the plain search on whole curves give
+    the same multiplier, on top of an empty or a charged state; the answer passes its
+    whole-curve check (no fallback to the plain search).  A plan without a subsampled
+    release (cheap whole curves) is searched on whole curves."""
     relation, eps, delta, make = ORDER_PLANS[plan]
     budget = eps + 3.0 if charged else eps
     by_orders, whole = RdpAccountant(budget, delta, relation), RdpAccountant(budget, delta, relation)
@@ -134,59 +139,67 @@ def test_search_by_orders_equals_the_whole_curve_search(monkeypatch, plan, charg
         _state(by_orders), _state(whole)
     ref = Accountant.calibrate(whole, make)
     plain = []
-    monkeypatch.setattr(Accountant, "calibrate", lambda *a, **kw: plain.append(1))
+    real = Accountant.calibrate
+    monkeypatch.setattr(Accountant, "calibrate", lambda *a, **kw: plain.append(1) or real(*a, **kw))
     z = by_orders.calibrate(make)
-    assert not plain
-    assert z == pytest.approx(ref, rel=3e-7)
+    subsampled = any(isinstance(a, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent))
+                     for a in accounting.atoms(make(1.0)))
+    assert bool(plain) != subsampled
+    assert z == ref
     assert budget * (1 - 1e-5) <= by_orders.epsilon_of_plan(make(z)) <= budget
 
 
-@pytest.mark.parametrize("wrong", [lambda f, lo, hi, floor: lo, lambda f, lo, hi, floor: hi,
-                                   lambda f, lo, hi, floor: None])
+@pytest.mark.parametrize("wrong", ["low", "high", "undecided"])
 def test_a_wrong_order_search_cannot_change_the_answer(monkeypatch, wrong):
-    """If the search over orders settles on an order that does not attain the least
-    epsilon at its answer (or cannot decide), the whole-curve check sends the
-    calibration to the plain search: the same multiplier."""
+    """If the search along the orders misses the least epsilon (here: it always
+    answers the lowest or the highest order, or cannot decide), the whole-curve
+    check sends the calibration to the plain search: the same multiplier."""
     make = PLANS["dp-sgd"][3]
-    exact = RdpAccountant(1.0, 1e-5, "add-remove").calibrate(make)
-    monkeypatch.setattr(rdp_module, "argmin_unimodal", wrong)
+    exact = Accountant.calibrate(RdpAccountant(1.0, 1e-5, "add-remove"), make)
+    answer = {"low": lambda lo, hi: lo, "high": lambda lo, hi: hi, "undecided": lambda lo, hi: None}[wrong]
+    monkeypatch.setattr(rdp_module, "argmin_unimodal", lambda f, lo, hi, **kw: answer(lo, hi))
+    monkeypatch.setattr(rdp_module, "argmin_near", lambda f, start, lo, hi, **kw: answer(lo, hi))
     acc = RdpAccountant(1.0, 1e-5, "add-remove")
     z = acc.calibrate(make)
-    assert z == pytest.approx(exact, rel=3e-7)
+    assert z == exact
     assert 1.0 * (1 - 1e-3) <= acc.epsilon_of_plan(make(z)) <= 1.0
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_golden_section_finds_the_minimum_of_a_quasi_convex_sequence(seed):
-    """On a sequence that falls then rises (with flat stretches), the search returns an
-    index of the minimum, or None when two probes tie above the floor - never a wrong
-    index - and evaluates each index at most once."""
+@pytest.mark.parametrize("seed", range(60))
+def test_order_searches_find_the_minimum_of_a_falling_then_rising_sequence(seed):
+    """On a sequence that is infinite on a prefix, then falls and rises (with flat
+    stretches), the golden-section search and the search from any start return an
+    index of the minimum, or None when two probes tie (a plateau) - never a wrong
+    index - and evaluate each index at most once."""
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 160))
-    down = -np.sort(-rng.integers(0, 6, size=n))  # non-increasing, with repeats
-    up = np.sort(rng.integers(0, 6, size=n))
+    down = -np.sort(-rng.integers(0, 6 if seed % 3 else 60, size=n))  # non-increasing, with repeats
+    up = np.sort(rng.integers(0, 6 if seed % 3 else 60, size=n))
     turn = int(rng.integers(0, n))
     f = np.concatenate([down[:turn] + up[turn], up[turn:] + down[turn - 1 if turn else 0]]).astype(float)
-    f = np.minimum.accumulate(f[::-1])[::-1] if seed % 5 == 0 else f  # some purely non-decreasing ones
-    calls: list = []
+    f[:int(rng.integers(0, turn + 1))] = np.inf
+    for search in ("golden", "near"):
+        calls: list = []
 
-    def val(i):
-        calls.append(i)
-        return f[i]
+        def val(i):
+            calls.append(i)
+            return f[i]
 
-    i = argmin_unimodal(val, 0, n - 1, floor=f.min() if seed % 2 else -math.inf)
-    assert len(calls) == len(set(calls)) and len(calls) <= 2 * math.log2(n + 1) + 4
-    if i is not None:
-        assert f[i] == f.min()
-    else:
-        assert seed % 2 == 0 or len(np.unique(f)) > 1
+        if search == "golden":
+            i = argmin_unimodal(val, 0, n - 1, floor=f.min() if seed % 2 else -math.inf)
+        else:
+            i = argmin_near(val, int(rng.integers(0, n)), 0, n - 1)
+        assert len(calls) == len(set(calls)) and len(calls) <= 4 * math.log2(n + 1) + 6
+        assert i is None or f[i] == f.min(), (search, i, f)
 
 
-def test_golden_section_on_a_strictly_unimodal_sequence_always_answers():
+def test_order_searches_on_a_strictly_unimodal_sequence_always_answer():
     for n in range(1, 200):
         for turn in (0, n // 3, n - 1):
             f = [abs(i - turn) + 0.5 * (i > turn) for i in range(n)]
             assert argmin_unimodal(lambda i: f[i], 0, n - 1) == turn
+            for start in (0, n // 2, n - 1):
+                assert argmin_near(lambda i: f[i], start, 0, n - 1) == turn
 
 
 def test_pld_calibration_is_tight():

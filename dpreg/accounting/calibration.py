@@ -2,8 +2,8 @@
 fits a budget, and the process-wide memos of what a calibration computes.
 
 :func:`smallest_fitting` is the search every accountant's ``calibrate`` runs (on its own
-epsilon); :func:`argmin_unimodal` is the search over RDP orders of
-:meth:`dpreg.accounting.rdp.RdpAccountant.calibrate`.  :func:`calibration_memo` is
+epsilon); :func:`argmin_unimodal` and :func:`argmin_near` are the searches over RDP orders
+of :meth:`dpreg.accounting.rdp.RdpAccountant.calibrate`.  :func:`calibration_memo` is
 ``functools.lru_cache`` for pure functions a calibration asks again in every run of the
 same plan (a sweep's seeds, a repeated run); :func:`clear_calibration_memos` forgets them
 all, so a benchmark can time a cold calibration.
@@ -127,3 +127,44 @@ def argmin_unimodal(f: Callable[[int], float], lo: int, hi: int, *, floor: float
         else:
             return m1 if f1 <= floor else None
     return min(range(a, b + 1), key=val)
+
+
+def argmin_near(f: Callable[[int], float], start: int, lo: int, hi: int, *,
+                floor: float = -math.inf) -> int | None:
+    """:func:`argmin_unimodal` of ``f`` on [lo, hi], starting from ``start`` (an index
+    near the minimum): steps of 1, 2, 4, ... from ``start`` the way ``f`` decreases
+    bracket the minimum, which golden-section search then finds; ``f`` is evaluated
+    about 2 log2(distance) + 3 times, each index at most once.  From an index where
+    ``f`` is infinite, the search is :func:`argmin_unimodal`'s; a tie between
+    neighbours or steps above ``floor`` (a plateau) answers None."""
+    memo: dict[int, float] = {}
+
+    def val(i: int) -> float:
+        if i not in memo:
+            memo[i] = f(i)
+        return memo[i]
+
+    f0 = val(start)
+    if f0 == math.inf:  # in the infinite prefix: no direction to follow
+        return argmin_unimodal(val, lo, hi, floor=floor)
+    right = val(start + 1) if start < hi else math.inf
+    left = val(start - 1) if start > lo and not right < f0 else math.inf
+    if right < f0:
+        d = 1
+    elif left < f0:
+        d = -1
+    else:
+        return start if f0 <= floor or (right > f0 and left > f0) else None
+    prev, cur, step = start, start + d, 2
+    while True:
+        nxt = min(max(cur + d * step, lo), hi)
+        if nxt == cur:
+            break
+        fn, fc = val(nxt), val(cur)
+        if fn == fc and fc > floor:
+            return None
+        if fn > fc:
+            break
+        prev, cur, step = cur, nxt, 2 * step
+    a, b = sorted((prev, nxt))
+    return argmin_unimodal(val, a, b, floor=floor)

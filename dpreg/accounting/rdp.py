@@ -9,8 +9,8 @@ import numpy as np
 
 from ..errors import DpregError, ParameterError
 from .accountant import Accountant
-from .calibration import argmin_unimodal, calibration_memo, smallest_fitting
-from .events import dp_accounting, is_pure, walk
+from .calibration import argmin_near, argmin_unimodal, calibration_memo, smallest_fitting
+from .events import atoms, dp_accounting, is_pure, walk
 
 
 @functools.cache
@@ -63,6 +63,13 @@ def _epsilon_and_order(orders: tuple, delta: float, rdp: bytes) -> tuple[float, 
     value per order) at ``delta``: (epsilon, the order attaining it)."""
     eps, order = dp_accounting().rdp.compute_epsilon(orders, np.frombuffer(rdp, dtype=np.float64), delta)
     return float(eps), float(order)
+
+
+def _subsampled(atom) -> bool:
+    """Whether ``atom`` is a subsampled release (Poisson or without replacement)."""
+    dpa = dp_accounting()
+    return (isinstance(atom, dpa.SampledWithoutReplacementDpEvent)
+            or (isinstance(atom, dpa.PoissonSampledDpEvent) and 0 < atom.sampling_probability < 1))
 
 
 class RdpAccountant(Accountant):
@@ -167,53 +174,58 @@ class RdpAccountant(Accountant):
     # -- calibration ----------------------------------------------------------------
     def calibrate(self, make_event: Callable[[float], object], *, low: float = 1e-3, high: float = 1e6,
                   what: str = "noise multiplier", rtol: float = 1e-7, start: float | None = None) -> float:
-        """As :meth:`Accountant.calibrate` (the same answer, to ``rtol``), searched order
-        by order.
+        """As :meth:`Accountant.calibrate`; for a plan with a subsampled release (whose
+        dp-accounting curve costs tens of milliseconds over all orders), each trial's
+        epsilon is found on a few orders instead of the whole curve.
 
-        Epsilon is the least over the orders of each order's conversion, so the smallest
-        fitting z is the least over the orders of each order's smallest fitting z.  That
-        z is found for one order at a time
-        (:func:`~dpreg.accounting.calibration.smallest_fitting` on one-order
-        dp-accounting curves, each a small fraction of a whole curve's cost), and the
-        order that gives the least by golden-section search over the orders
-        (:func:`~dpreg.accounting.calibration.argmin_unimodal`).  An order fits either
-        because its conversion reaches the budget or, at a far larger z, through
-        dp-accounting's zero case for a curve below ~delta^2; only the first kind is
-        searched (an order that fits only the second way counts as not fitting), and
-        for the events here the smallest z then falls and rises along the orders, after
-        the low orders whose conversion never reaches the budget.
+        A trial's epsilon is dp-accounting's least conversion over the orders of the
+        charged curve plus the plan's; each order's value is computed alone from
+        one-order dp-accounting curves (bit for bit the whole curve's value at that
+        order), and the least is found by searching along the orders, from the order
+        that gave the previous trial's least
+        (:func:`~dpreg.accounting.calibration.argmin_near`; the first trial:
+        :func:`~dpreg.accounting.calibration.argmin_unimodal`).  Along the orders the
+        conversion falls, then rises, for the events here (after any low orders that
+        dp-accounting leaves out as infinite), so a trial's epsilon is the whole curve's
+        and the search takes the steps of the plain one.
 
         The answer is checked on the whole curve, which the charge of the plan then
-        reuses: it is accepted when it is ``low`` or its order attains the least epsilon
-        there and that epsilon is the budget to 1e-5 (no order fits at a smaller z).
-        Otherwise, or when the search cannot decide, :meth:`Accountant.calibrate`
-        searches on whole curves."""
+        reuses: it is accepted when the whole curve's epsilon there is the one found and
+        is the budget to 1e-5 (or the answer is ``low``).  Otherwise, or if no trial up
+        to ``high`` fits (a trial whose least lies beyond the searched orders, e.g.
+        dp-accounting's zero epsilon for a curve below ~delta^2 at a low order),
+        :meth:`Accountant.calibrate` searches on whole curves."""
+        if not any(_subsampled(a) for a in atoms(make_event(start or 1.0))):  # whole curves are cheap
+            return Accountant.calibrate(self, make_event, low=low, high=high, what=what, rtol=rtol, start=start)
         base = self._worst_record(self._max_pass)
-        orders, budget, delta = self._orders, self.epsilon_budget, self.delta
-        solved: dict[int, float] = {}
+        orders, delta, last = self._orders, self.delta, len(self._orders) - 1
+        near: list[int] = []
 
-        def order_epsilon(i: int, z: float) -> float:
-            r = base[i] + self._compose(make_event(z), (orders[i],))[0]
-            return float(dp_accounting().rdp.compute_epsilon((orders[i],), (r,), delta)[0])
+        def epsilon(z: float) -> float:
+            event = make_event(z)
+            values: dict[int, float] = {}
 
-        def smallest_z(i: int) -> float:
-            near = sorted((abs(j - i), z) for j, z in solved.items() if math.isfinite(z))
-            try:
-                z = smallest_fitting(lambda x: order_epsilon(i, x), budget, low=low, high=high, rtol=rtol,
-                                     start=near[0][1] if near else start, step=1.25 if near else 4.0)
-            except ParameterError:  # this order does not fit even at high
-                z = math.inf
-            if low < z < math.inf and order_epsilon(i, z) == 0.0:  # fits only through the zero case
-                z = math.inf
-            solved[i] = z
-            return z
+            def at(i: int) -> float:
+                if i not in values:
+                    r = base[i] + self._compose(event, (orders[i],))[0]
+                    values[i] = float(dp_accounting().rdp.compute_epsilon((orders[i],), (r,), delta)[0])
+                return values[i]
 
-        best = argmin_unimodal(smallest_z, 0, len(orders) - 1, floor=low)
-        z = math.inf if best is None else solved[best] if best in solved else smallest_z(best)
+            i = argmin_near(at, near[-1], 0, last, floor=0.0) if near else argmin_unimodal(at, 0, last, floor=0.0)
+            if i is None:  # a plateau: the whole curve decides
+                return self._eps_order(base + self.rdp_of(event))[0]
+            near.append(i)
+            return at(i)
+
+        try:
+            z = smallest_fitting(epsilon, self.epsilon_budget, low=low, high=high, rtol=rtol, start=start,
+                                 what=what, delta=delta)
+        except ParameterError:  # the whole curve decides whether even high fits
+            z = math.inf
         if math.isfinite(z):
             plan = make_event(z)
             eps = self._eps_order(base + self.rdp_of(plan))[0]
-            if z == low or (eps >= order_epsilon(best, z) * (1 - 1e-12) and eps >= budget * (1 - 1e-5)):
+            if z == low or (eps >= epsilon(z) * (1 - 1e-12) and eps >= self.epsilon_budget * (1 - 1e-5)):
                 self.reserve(plan)
                 return z
         return Accountant.calibrate(self, make_event, low=low, high=high, what=what, rtol=rtol, start=start)
