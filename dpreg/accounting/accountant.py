@@ -182,8 +182,8 @@ class Accountant(ABC):
         r, gc, mg = self._reserved, self._gcount, self._maxg
         if key is None:
             return all(r.get(a, 0) >= gc.get(a, 0) + c + mg.get(a, 0) for a, c in event_atoms.items())
-        mp = self._maxg_pass.get(key[0]) or {}
-        gk = self._groupcount.get(key) or {}
+        mp: Counter = self._maxg_pass.get(key[0]) or Counter()
+        gk: Counter = self._groupcount.get(key) or Counter()
         return all(r.get(a, 0) >= gc.get(a, 0) + mg.get(a, 0) - mp.get(a, 0) + gk.get(a, 0) + c
                    for a, c in event_atoms.items())
 

@@ -105,12 +105,12 @@ class PldAccountant(Accountant):
         return shadow
 
     def calibrate(self, make_event, *, low=1e-3, high=1e6, what="noise multiplier", rtol=1e-7, start=None):
-        """As :meth:`Accountant.calibrate` to a relative precision of 1e-4; the RDP
-        solution (never smaller than the PLD one) brackets the search, so no trial event
-        is extreme."""
+        """As :meth:`Accountant.calibrate` to a relative precision of ``max(rtol, 1e-4)``;
+        the RDP solution (never smaller than the PLD one) brackets the search and starts
+        it, so no trial event is extreme."""
         z_rdp = self._shadow_rdp().calibrate(make_event, low=low, high=high, what=what)
         return Accountant.calibrate(self, make_event, low=max(low, z_rdp / 3), high=z_rdp, what=what,
-                                    rtol=1e-4, start=z_rdp)
+                                    rtol=max(rtol, 1e-4), start=z_rdp)
 
     def _eps_events(self, events: tuple) -> float:
         """Epsilon of ``events`` (a :func:`~.events.condensed` tuple) composed, memoised."""

@@ -34,7 +34,7 @@ def _curve_now(relation: str, atom, orders: tuple) -> np.ndarray:
     return curve
 
 
-#: process-wide memo of :func:`_curve_now` (a calibration asks about ~150 one-order curves)
+#: process-wide memo of :func:`_curve_now` (a calibration asks for dozens of one-order curves)
 _curve_memo = calibration_memo(_curve_now, maxsize=65536)
 
 
