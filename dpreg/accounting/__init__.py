@@ -21,7 +21,7 @@ from .pld import PldAccountant
 from .rdp import RdpAccountant, _epsilon_and_order, rdp_cache_info
 from .views import BudgetView, Prepaid
 
-#: the dp-accounting package (:func:`dp_accounting`), under the name plugins import
+#: :func:`dp_accounting` under a second name, ``_dpa``, that plugin code may import
 _dpa = dp_accounting
 #: :func:`clear_calibration_memos`, under the name benchmarks call
 clear_rdp_cache = clear_calibration_memos
