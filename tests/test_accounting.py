@@ -385,3 +385,24 @@ def test_dp_accounting_is_imported_on_first_use_only():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split()[-2:] == ["False", "True"]
+
+
+@pytest.mark.parametrize("cls", [RdpAccountant, PldAccountant])
+@pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
+def test_pure_dp_events_up_to_epsilon_700(cls, relation):
+    """A pure-DP release of a large epsilon is charged that epsilon (PLD: at most it;
+    RDP: its conversion at the largest order, 0.0035 above it at delta = 1e-5), its
+    curve from dp-accounting's randomized response finite and below it; past 700 the
+    event cannot be represented and is refused."""
+    from dpreg.accounting import pure_dp_event
+
+    for eps0 in (40.0, 300.0, 700.0):
+        ev = pure_dp_event(eps0)
+        assert 0 < ev.noise_parameter < 1e-15
+        acc = cls(1e4, 1e-5, relation)
+        acc.charge(ev)
+        assert 0 < acc.epsilon_spent <= eps0 * (1 + 1e-9) + (0.004 if cls is RdpAccountant else 0.0)
+        if cls is RdpAccountant:
+            assert np.all(np.isfinite(acc.rdp_of(ev))) and np.all(acc.rdp_of(ev) <= eps0 * (1 + 1e-12))
+    with pytest.raises(ParameterError, match="700"):
+        pure_dp_event(701.0)

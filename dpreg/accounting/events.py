@@ -90,8 +90,10 @@ def pure_dp_event(epsilon: float):
     """
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ParameterError(f"pure-DP epsilon must be a finite number > 0, got {epsilon!r}")
-    return dp_accounting().RandomizedResponseDpEvent(noise_parameter=2.0 / (1.0 + math.exp(epsilon)),
-                                                     num_buckets=2)
+    if epsilon > 700:  # 2 / (1 + e^eps) underflows towards 0: no randomized response to charge
+        raise ParameterError(f"pure-DP epsilon {epsilon:g} is beyond what the accountant represents (<= 700)")
+    e = math.exp(-epsilon)  # 2 / (1 + e^eps), without overflow
+    return dp_accounting().RandomizedResponseDpEvent(noise_parameter=2.0 * e / (1.0 + e), num_buckets=2)
 
 
 # ----------------------------------------------------------------- reading
