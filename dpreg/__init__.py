@@ -25,6 +25,7 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         intercept: bool | None = None, scaling: str = "auto", bounds: str | None = None,
         scaling_share: float = 0.1, alpha: float | None = None, select: str | None = None,
         select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
+        diagnostics_budget: float | None = None,
         progress: Callable[[int, int], None] | None = None,
         warn: Callable[[str], None] | None = None) -> dict:
     """Run one pipeline, exactly as ``dpreg run`` does, and return its record
@@ -38,7 +39,8 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     ``max_grad_norm``, ``noise_multiplier``: the practitioner names of the
     algorithm's own parameters (``dpreg info ALGO``), as ``dpreg run``'s
     ``--epochs`` etc.; ``noise_multiplier`` fixes the multiplier (refused
-    before any release if it would exceed ``epsilon``).  See
+    before any release if it would exceed ``epsilon``).  ``diagnostics_budget``:
+    seconds each costly diagnostic may take (None: the run's own time).  See
     :class:`dpreg.pipeline.RunConfig` for the other options.
     """
     from .params import practitioner_params
@@ -52,7 +54,8 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         epsilon=epsilon, delta=delta, accountant=accountant, params=params,
         seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
         intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share, alpha=alpha,
-        select=select, select_share=select_share, out=out, diagnostics=diagnostics, progress=progress,
+        select=select, select_share=select_share, out=out, diagnostics=diagnostics,
+        diagnostics_budget=diagnostics_budget, progress=progress,
         warn=warn))
 
 

@@ -52,6 +52,19 @@ RELATION_TEXT = {
 }
 
 
+#: the least time budget of a costly diagnostic (``RunConfig.diagnostics_budget`` None: the
+#: run's own time, but at least this): below it a budget would only measure Python's overhead
+DIAGNOSTICS_MIN_BUDGET_S = 0.05
+
+
+def diagnostics_budget(given: float | None, run_s: float) -> float:
+    """Seconds each costly diagnostic may take: ``given``, else the run's own
+    time (at least :data:`DIAGNOSTICS_MIN_BUDGET_S`)."""
+    if given is not None:
+        return float(given)
+    return max(float(run_s), DIAGNOSTICS_MIN_BUDGET_S)
+
+
 def default_delta(n: int) -> float:
     """min(1e-5, 1/(10 n)): well below 1/n, the delta at which releasing one
     random record in the clear is already (0, delta)-DP, and the customary
@@ -101,6 +114,10 @@ class RunConfig:
     out: str | None = None
     #: True (everything), "light" (counts and accounting, no evaluation) or False (the release alone)
     diagnostics: bool | str = True
+    #: wall seconds each costly diagnostic (a lambda_min certificate, the non-private optimum, the
+    #: trajectory's gradient norms) may take; None: the run's own time (at least
+    #: DIAGNOSTICS_MIN_BUDGET_S), so no diagnostic costs more than the run; inf: no limit
+    diagnostics_budget: float | None = None
     progress: Callable[[int, int], None] | None = None
     #: called with (message) for one-line warnings (the CLI prints them)
     warn: Callable[[str], None] | None = None
@@ -245,6 +262,10 @@ def _validate(cfg: RunConfig, reg):
             continue
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ParameterError(f"{name.replace('_', '-')} must be an integer >= 0, got {v!r}")
+    if cfg.diagnostics_budget is not None and not (
+            isinstance(cfg.diagnostics_budget, (int, float)) and not isinstance(cfg.diagnostics_budget, bool)
+            and cfg.diagnostics_budget >= 0 and not math.isnan(cfg.diagnostics_budget)):
+        raise ParameterError(f"diagnostics budget must be a number of seconds >= 0, got {cfg.diagnostics_budget!r}")
     if cfg.alpha is not None and not (isinstance(cfg.alpha, (int, float)) and cfg.alpha > 0):
         raise ParameterError(f"alpha must be > 0, got {cfg.alpha}")
     if cfg.test_fraction is not None and cfg.test_data is not None:
@@ -598,7 +619,7 @@ def _write_optimum(file, w) -> None:
     store(file, lambda fh: np.save(fh, np.ascontiguousarray(w, dtype=np.float64), allow_pickle=False))
 
 
-def nonprivate_optimum(problem, max_iter: int = 200):
+def nonprivate_optimum(problem, max_iter: int = 200, *, budget_s: float | None = None, status: dict | None = None):
     """A non-private minimiser of the empirical loss (L-BFGS from 0, capped
     iterations): a reference for how much of the gap a private model closed.
     None when the problem is too large for a cheap reference.  Solved once for
@@ -607,20 +628,32 @@ def nonprivate_optimum(problem, max_iter: int = 200):
     off), keyed by content (:func:`_optimum_key`, which includes scipy's
     version); a copy is returned.  The solve is most of a warm ``dpreg run``'s
     diagnostics (on adult, the record's ``diagnostics.timing.eval_s``: 2.74 s
-    with the optimum not yet cached, then 0.37 and 0.41 s)."""
+    with the optimum not yet cached, then 0.37 and 0.41 s).
+
+    ``budget_s``: wall seconds the solve may take (None: no limit); a solve
+    the budget stops is returned (its loss is an upper bound on the optimum)
+    but never kept, and ``status`` (a dict, if given) gets ``"status"``:
+    "cached", "solved" or "truncated" and the seconds spent."""
+    status = {} if status is None else status
     if problem.n * problem.d > 5e7:
+        status.update(status="skipped", reason="n x d above 5e7")
         return None
     try:
         key = _optimum_key(problem, max_iter)
     except Exception:  # noqa: BLE001 - an unusual problem or loss: solve it, uncached
-        return _solve_optimum(problem, max_iter)
+        return _solve_optimum(problem, max_iter, budget_s, status)
     if key in _OPTIMA:
         w = _OPTIMA[key]
+        status.update(status="cached")
         return None if w is None else w.copy()
     file = _optimum_file(key)
     w = None if file is None else _read_optimum(file, problem.d)
-    if w is None:
-        w = _solve_optimum(problem, max_iter)
+    if w is not None:
+        status.update(status="cached")
+    else:
+        w = _solve_optimum(problem, max_iter, budget_s, status)
+        if status.get("status") == "truncated":
+            return w
         if w is not None and file is not None:
             _write_optimum(file, w)
     if len(_OPTIMA) >= _OPTIMA_MAX:
@@ -629,13 +662,26 @@ def nonprivate_optimum(problem, max_iter: int = 200):
     return w
 
 
-def _solve_optimum(problem, max_iter: int):
+def _solve_optimum(problem, max_iter: int, budget_s: float | None = None, status: dict | None = None):
     from scipy.optimize import minimize
 
+    status = {} if status is None else status
     radius = problem.loss.radius
+    t0 = time.perf_counter()
+    stopped = []
+
+    def stop_at_budget(intermediate_result):
+        if budget_s is not None and time.perf_counter() - t0 > budget_s:
+            stopped.append(True)
+            raise StopIteration
+
     with np.errstate(all="ignore"):
         res = minimize(problem.value, np.zeros(problem.d), jac=problem.gradient, method="L-BFGS-B",
-                       options={"maxiter": max_iter})
+                       options={"maxiter": max_iter}, callback=stop_at_budget)
+    truncated = bool(stopped)
+    status.update(status="truncated" if truncated else "solved", seconds=time.perf_counter() - t0)
+    if truncated:
+        status["reason"] = f"L-BFGS stopped at the time budget of {budget_s:.3g} s after {res.nit} iterations"
     w = res.x
     if radius is not None:
         from .problem import project
@@ -665,12 +711,20 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
             errors.append(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return None
 
-    ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train")) or {})
+    # each costly diagnostic (a lambda_min certificate, the optimum, the trajectory) gets this many seconds
+    budget = diagnostics_budget(cfg.diagnostics_budget, timing["run_s"])
+    lim = None if math.isinf(budget) else budget
+    ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train",
+                                                                 lambda_budget_s=lim)) or {})
     base.update(guarded("train baselines", lambda: _baselines(problem, "train")) or {})
     if test_problem is not None:
-        ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test")) or {})
+        ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test",
+                                                                   lambda_budget_s=lim)) or {})
         base.update(guarded("test baselines", lambda: _baselines(test_problem, "test")) or {})
-    w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem))
+    opt_status: dict = {}
+    w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem, budget_s=lim, status=opt_status))
+    if opt_status:
+        base["nonprivate_optimum"] = opt_status
     if w_np is not None:
         base["nonprivate_train_loss"] = float(problem.value(w_np))
         if problem.loss.classifier:
@@ -684,11 +738,13 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
     traj = out.info.pop("trajectory", None)
     tr_summary = traj.summary() if traj is not None else {}
     if traj is not None:
-        cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates))
+        cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates,
+                                                                         budget_s=lim))
         if cp is not None:
             tr_summary["checkpoints"] = cp
     G, M, rho = problem.constants()
-    timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads())
+    timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads(),
+                  diagnostics_budget_s=None if math.isinf(budget) else budget)
     return {
         "non_private": True,
         "note": DIAGNOSTICS_NOTE,

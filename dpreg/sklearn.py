@@ -47,8 +47,9 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                      practitioner names of the algorithm's own parameters (None: not given;
                      ``noise_multiplier`` fixes the multiplier, refused if over the budget)
     fit_intercept:   a bias coordinate inside every clipped per-record gradient
-    scaling, bounds: per-feature map ("none", or "bounds" with ``bounds=(lower, upper)``
-                     lists of public per-feature bounds)
+    scaling, bounds: per-feature map, as ``dpreg run --scaling``: "auto" (the default, the rule
+                     ``dpreg.run`` follows for arrays), "none", "private", or "bounds" with
+                     ``bounds=(lower, upper)`` lists of public per-feature bounds
     classes:         the (negative, positive) labels, declared; None: read off ``y``
     random_state:    None (secret OS entropy) or a research seed
 
@@ -60,7 +61,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, algorithm: str = "dp-sgd", noise: str | None = None, loss: str = "logistic",
                  epsilon: float = 1.0, delta: float | None = None, accountant: str = "rdp",
-                 params: dict[str, Any] | None = None, fit_intercept: bool = True, scaling: str = "none",
+                 params: dict[str, Any] | None = None, fit_intercept: bool = True, scaling: str = "auto",
                  bounds: tuple | None = None, classes: tuple | None = None, random_state: int | None = None,
                  epochs: float | None = None, lr: float | None = None, batch_size: int | None = None,
                  max_grad_norm: float | None = None, noise_multiplier: float | None = None):
