@@ -139,7 +139,7 @@ def lambda_min_report(problem, w, *, max_hvps: int = LANCZOS_MAX_HVPS, budget_s:
     if res["converged"]:
         return out(res["value"], "certified", "lanczos", res["hvps"], res["reason"])
     why = {"hvp cap": f"Lanczos stopped at the cap of {max_hvps} Hessian-vector products",
-           "time budget": f"Lanczos stopped at the time budget of {budget_s:.3g} s",
+           "time budget": f"Lanczos stopped at the time budget of {budget_s or 0:.3g} s",
            "memory cap": "Lanczos stopped at its memory cap"}.get(res["reason"], res["reason"])
     return out(res["value"], "truncated", "lanczos", res["hvps"],
                why + (f" (residual {res['residual']:.2g})" if res["residual"] is not None else "")

@@ -117,6 +117,8 @@ def run_cell(algo, name, eps, seed, *, mode="test", tiny=None, params=None, **kw
     params = dict(params or {})
     if "noise" in params:  # the noise plugin (--noise), not an algorithm parameter
         kw["noise"] = params.pop("noise")
+    if "loss" in params:  # the loss (--loss), not an algorithm parameter
+        kw["loss"] = params.pop("loss")
     t = time.perf_counter()
     light = mode == "validation"
     rec = dpreg.run(algo=algo, data=tr, test_data=None if light else te, labels=(-1.0, 1.0), epsilon=eps,
@@ -204,7 +206,7 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="smoke run: 200-row subsets, one seed, eps = 1")
     ap.add_argument("--out", help="also write the raw results as JSON")
     ap.add_argument("--params", default=None, help="algorithm parameters as JSON for every run (default: none; "
-                    "the key 'noise' names the noise plugin)")
+                    "the keys 'noise' and 'loss' name the noise plugin and the loss)")
     a = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     algos = [x for x in a.algos.split(",") if x]

@@ -4,7 +4,10 @@ non-private trust-region reference for L* of the paper's section 5.
 
 Each step releases a noisy gradient g~ and a noisy Hessian H~ at w_k, solves
 the trust-region subproblem min <g~,h> + 1/2 h^T H~ h over |h| <= r exactly
-(:mod:`.trs_solver`), moves w_{k+1} = w_k + h and stops as soon as the
+(:mod:`.trs_solver`: a dense eigendecomposition while the dense Hessian is
+cheap, else the matrix-free Krylov solver on H~'s factored form - the data
+part's clipped rank-one terms plus the same symmetric noise matrix - which
+releases the same H~ and solves to a KKT residual of 1e-8; ``trs``), moves w_{k+1} = w_k + h and stops as soon as the
 subproblem's multiplier lam <= sqrt(alpha rho) (Alg 1/2 l.7: post-processing
 of released values).  Defaults (Thm 15 / Thm 18, section 5.1): alpha = 0.1,
 w_0 = 0, r = sqrt(alpha/rho), T = ceil(6 sqrt(rho) Delta / alpha^1.5) with
@@ -64,9 +67,11 @@ from dpreg.trajectory import Trajectory
 
 from .trs_solver import solve_trs, solve_trs_krylov
 
-#: ``trs=auto``: the exact (dense eigendecomposition) subproblem solver up to this many parameters,
-#: the matrix-free Krylov solver above (no d x d data Hessian, no O(d^3) per step)
+#: ``trs=auto``: the exact (dense eigendecomposition) subproblem solver while the dense Hessian is
+#: cheap - at most this many parameters and at most TRS_EXACT_MAX_WORK = n d^2 per step (its O(n d^2)
+#: clipped sum) - else the matrix-free Krylov solver (no d x d data Hessian, no O(d^3) per step)
 TRS_EXACT_MAX_D = 200
+TRS_EXACT_MAX_WORK = 1e8
 
 COMMON = (
     ParamSpec("alpha", "float", 0.1, "target accuracy alpha of the alpha-SOSP",
@@ -98,8 +103,11 @@ COMMON = (
               "(|g| ~ alpha at w = 0) and returns a model at the majority class on adult (0.764 test accuracy, "
               "eps = 1), while all T steps reach a gap 15x smaller on IJCNN1 (docs/experiment-trust-region.md)",
               choices=("multiplier", "none")),
+    ParamSpec("damping", "float", None, "shift s added to the released Hessian's diagonal before the step "
+              "(H~ + s I: post-processing); 0: none", "not in Alg 1/2; see the default", low=0),
     ParamSpec("trs", "str", "auto", "trust-region subproblem solver: exact (dense eigendecomposition of H~), "
-              "krylov (matrix-free: products H~ V only), or auto (exact up to 200 parameters)",
+              "krylov (matrix-free: products H~ V only), or auto (exact up to 200 parameters while the dense "
+              "Hessian's n d^2 per step is at most 1e8: IJCNN1, breast-cancer; krylov on adult, d = 784)",
               "the paper solves (3) exactly (CVX); krylov solves the same problem on a block Lanczos basis to a "
               "KKT residual of 1e-8 (|g~| + |H~| r), hard case included (trs_solver.solve_trs_krylov): the "
               "released H~ is the same, formed as its data part's factors plus the symmetric noise matrix",
@@ -226,18 +234,23 @@ class _TrustRegion(Algorithm):
         lam = math.nan
         stopped = False
         k = 0
-        krylov = self.p["trs"] == "krylov" or (self.p["trs"] == "auto" and pb.d > TRS_EXACT_MAX_D)
+        krylov = self.p["trs"] == "krylov" or (self.p["trs"] == "auto" and (
+            pb.d > TRS_EXACT_MAX_D or self._hess_rows() * pb.d * pb.d > TRS_EXACT_MAX_WORK))
         unconverged = 0
         products = 0
+        shift = float(self.p["damping"] or 0.0)
         for k in range(1, self.T + 1):
             g = self._grad(w, k)
             if krylov:
                 data_part, E = self._hess_operator(w, k)
-                res = solve_trs_krylov(g, _hessian_matmat(pb.loss, w, data_part, E), self.r)
+                mm = _hessian_matmat(pb.loss, w, data_part, E)
+                res = solve_trs_krylov(g, (lambda V, mm=mm: mm(V) + shift * V) if shift else mm, self.r)
                 unconverged += int(not res.converged)
                 products += res.products
             else:
                 H = self._hess(w, k) + psi_hessian(pb.loss, w)
+                if shift:
+                    H[np.diag_indices_from(H)] += shift
                 res = solve_trs(g, H, self.r)
             w = w + res.h
             lam = res.lam
@@ -253,7 +266,7 @@ class _TrustRegion(Algorithm):
                      "last_multiplier": lam, "clip": self.C, "hess_clip": self.CH,
                      "hess_sensitivity": self.p["hess_sensitivity"], "noise": self.p["noise"],
                      "stop": self.p["stop"], "preset": self.p.get("preset", "practical"),
-                     "trs": "krylov" if krylov else "exact",
+                     "trs": "krylov" if krylov else "exact", "damping": shift,
                      "trs_unconverged": unconverged if krylov else None,
                      "trs_products": products if krylov else None,
                      "trajectory": traj})
@@ -304,6 +317,9 @@ class DPTrustRegion(_TrustRegion):
         charge(self.accountant, gaussian_event(self.zh), Participation.all(), label="dp-tr hessian")
         S, _ = pb.clipped_hessian_sum(w, None, self.CH)
         return S / pb.n + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+
+    def _hess_rows(self) -> int:
+        return self.problem.n
 
     def _hess_operator(self, w, k):
         """The release of :meth:`_hess` (same charge, same noise draws) in
@@ -428,6 +444,9 @@ class DPStochasticTrustRegion(_TrustRegion):
         S = pb.clipped_hessian_sum(w, idx, self.CH)[0] if len(idx) else np.zeros((pb.d, pb.d))
         self.used += len(idx)
         return S / self.bh + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+
+    def _hess_rows(self) -> int:
+        return min(int(self.p["hess_batch"] or self.p["batch"]), self.problem.n)
 
     def _hess_operator(self, w, k):
         """The release of :meth:`_hess` (same sample, charge and noise draws) in
