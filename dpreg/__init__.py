@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .errors import DpregWarning, PrivacyWarning
 from .hookspecs import hookimpl
 
 __version__ = "0.1.0"
-__all__ = ["hookimpl", "run", "load_model", "__version__"]
+__all__ = ["hookimpl", "run", "load_model", "PrivacyWarning", "DpregWarning", "__version__"]
 
 
 def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = "logistic",
@@ -27,7 +28,7 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
         diagnostics_budget: float | None = None,
         progress: Callable[[int, int], None] | None = None,
-        warn: Callable[[str], None] | None = None) -> dict:
+        warn: Callable[[str], None] | bool | None = None) -> dict:
     """Run one pipeline, exactly as ``dpreg run`` does, and return its record
     (``{"release": ..., "diagnostics": ...}``).
 
@@ -42,6 +43,11 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     before any release if it would exceed ``epsilon``).  ``diagnostics_budget``:
     seconds each costly diagnostic may take (None: the run's own time).  See
     :class:`dpreg.pipeline.RunConfig` for the other options.
+
+    Privacy warnings (seeded randomness, delta >= 1/n, a schema inferred from
+    the data) are raised with :func:`warnings.warn` as
+    :class:`dpreg.PrivacyWarning` (a ``UserWarning``); ``warn=callable``
+    sends them to that function instead, ``warn=False`` drops them.
     """
     from .params import practitioner_params
     from .pipeline import RunConfig, run_pipeline

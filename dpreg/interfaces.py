@@ -449,6 +449,22 @@ class Algorithm(ABC):
     init: np.ndarray | None = None
 
     @classmethod
+    def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
+        """The mechanisms behind a run's releases, for the release's privacy
+        statement: one dict per mechanism with ``what`` (which releases),
+        ``noise`` (the mechanism) and ``noise_multiplier`` (noise std over
+        sensitivity) or ``epsilon_share`` (a pure epsilon-DP step).  ``info``
+        is the run's :attr:`RunOutput.info`, ``noise`` the ``--noise`` plugin's
+        name (None for an algorithm that takes none).  The default is one
+        mechanism, ``info["noise_multiplier"]`` through ``noise`` (else
+        Gaussian); an algorithm with other or more mechanisms overrides it (the
+        statement must list every one)."""
+        z = info.get("noise_multiplier") if isinstance(info, dict) else None
+        if z is None:
+            return []
+        return [{"what": f"{cls.name} releases", "noise": noise or "gaussian", "noise_multiplier": float(z)}]
+
+    @classmethod
     def relation_for(cls, params: dict[str, Any]) -> str:
         """Relation of a run with these (bound) params; composite algorithms
         whose relation depends on their stages override it."""

@@ -184,6 +184,21 @@ class _TrustRegion(Algorithm):
     data_access = "resample"
     honours_init = True
 
+    @classmethod
+    def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
+        """Two Gaussian mechanisms per step: the clipped gradient, and the
+        clipped Hessian with symmetric noise (the upper triangle drawn, then
+        mirrored); Poisson or fixed-size subsampled in the stochastic variant."""
+        sampled = f" ({info['sampling']} subsampling)" if info.get("sampling") else ""
+        out = []
+        if info.get("noise_multiplier_grad") is not None:
+            out.append({"what": f"{cls.name} gradients{sampled}", "noise": "gaussian",
+                        "noise_multiplier": float(info["noise_multiplier_grad"])})
+        if info.get("noise_multiplier_hess") is not None:
+            out.append({"what": f"{cls.name} Hessians{sampled}", "noise": "symmetric gaussian",
+                        "noise_multiplier": float(info["noise_multiplier_hess"])})
+        return out
+
     # -- subclass hooks ----------------------------------------------------------
     def _setup(self, T: int) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
