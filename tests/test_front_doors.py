@@ -23,7 +23,7 @@ def _data(n, d, seed=0):
 
 def _releases(tmp_path, X, y, algo, **opts):
     """The release of the same fit through the three front doors."""
-    clf = DPClassifier(algorithm=algo, epsilon=1.0, random_state=3, **opts).fit(X, y)
+    clf = DPClassifier(algorithm=algo, epsilon=1.0, random_state=3, classes=(-1.0, 1.0), **opts).fit(X, y)
     rec_run = dpreg.run(algo=algo, data=(X, y), epsilon=1.0, seed=3, warn=lambda m: None, diagnostics="light",
                         **opts)
     path = tmp_path / "data.npz"
