@@ -140,11 +140,21 @@ def _summary(rec) -> dict:
             **{k: info[k] for k in ("stop_reason", "passes", "steps", "noise_multiplier") if k in info}}
 
 
+def nonprivate_accuracy(name, *, mode="test", tiny=None) -> float | None:
+    """Test accuracy of the non-private L-BFGS optimum of the same loss and preprocessing (the
+    pipeline's reference model, solved to completion): the ceiling a linear model reaches."""
+    tr, te, opts = arrays(name, mode, tiny)
+    rec = dpreg.run(algo="dp-sgd", data=tr, test_data=te, labels=(-1.0, 1.0), epsilon=1.0, seed=0,
+                    warn=lambda m: None, diagnostics_budget=float("inf"), **opts)
+    return rec["diagnostics"]["baselines"].get("nonprivate_test_accuracy")
+
+
 def table(algos, names, epsilons, seeds, *, mode="test", tiny=None, params=None, log=sys.stderr):
     """{(algo, data, eps): {"acc": [...], "secs": [...], "run_s": [...], "eval_s": [...], "majority": m}};
     ``params``: algorithm parameters for every run (None: the defaults)."""
     out = {}
     for name in names:
+        ref = nonprivate_accuracy(name, mode=mode, tiny=tiny)
         for eps in epsilons:
             for algo in algos:
                 cell = {"acc": [], "secs": [], "eval_s": [], "run_s": []}
@@ -157,6 +167,7 @@ def table(algos, names, epsilons, seeds, *, mode="test", tiny=None, params=None,
                     cell["eval_s"].append(tm.get("eval_s", 0.0))
                     cell.setdefault("info", []).append(_summary(rec))
                     cell["majority"] = maj
+                cell["nonprivate"] = ref
                 out[(algo, name, eps)] = cell
                 print(f"{name} eps={eps:g} {algo}: {np.mean(cell['acc']):.4f} (majority {cell['majority']:.4f}) "
                       f"[{' '.join(f'{a:.3f}' for a in cell['acc'])}] {np.mean(cell['secs']):.1f} s", file=log,
@@ -170,8 +181,10 @@ def markdown(res, algos, names, epsilons, seeds) -> str:
     for name in names:
         for eps in epsilons:
             ref = res.get(("dp-sgd", name, eps))
-            maj = next(c["majority"] for (a, n, e), c in res.items() if n == name and e == eps)
-            lines.append(f"\n### {name}, eps = {eps:g} (majority rate {maj:.4f}; {len(seeds)} seeds)\n")
+            first = next(c for (a, n, e), c in res.items() if n == name and e == eps)
+            maj, npv = first["majority"], first.get("nonprivate")
+            ceiling = f"; non-private logistic regression {npv:.4f}" if npv is not None else ""
+            lines.append(f"\n### {name}, eps = {eps:g} (majority rate {maj:.4f}{ceiling}; seeds: {len(seeds)})\n")
             lines.append("| algorithm | test accuracy (mean ± sd) | min | vs dp-sgd (points) | vs majority (points) "
                          "| run s | diagnostics s |")
             lines.append("|---|---|---|---|---|---|---|")
