@@ -187,14 +187,16 @@ def evaluate(problem, w, *, alpha: float | None = None, prefix: str = "train",
 
 def trajectory_grad_norms(problem, steps, iterates, *, budget_s: float | None = None) -> dict:
     """True gradient norm at the recorded checkpoints (evaluation only); with
-    ``budget_s``, checkpoints past the time budget are left out (the last one,
-    the returned point, first) and counted in ``skipped``."""
+    ``budget_s``, checkpoints past the time budget are left out and counted in
+    ``skipped`` (the last and the first - the returned point and the start -
+    are always evaluated, then the rest from the end)."""
     t0 = time.perf_counter()
     steps = [int(s) for s in steps]
-    order = list(range(len(steps)))[::-1]  # the end of the trajectory first
+    k = len(steps)
+    order = ([k - 1, 0] if k > 1 else [0][:k]) + list(range(k - 2, 0, -1))
     got = {}
     for i in order:
-        if budget_s is not None and got and time.perf_counter() - t0 > budget_s:
+        if budget_s is not None and len(got) >= 2 and time.perf_counter() - t0 > budget_s:
             break
         got[i] = float(np.linalg.norm(problem.gradient(iterates[i])))
     keep = sorted(got)
