@@ -41,7 +41,7 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     algorithm's own parameters (``dpreg info ALGO``), as ``dpreg run``'s
     ``--epochs`` etc.; ``noise_multiplier`` fixes the multiplier (refused
     before any release if it would exceed ``epsilon``).  ``diagnostics_budget``:
-    seconds each costly diagnostic may take (None: the run's own time).  See
+    seconds the costly diagnostics may take together (None: the run's own time).  See
     :class:`dpreg.pipeline.RunConfig` for the other options.
 
     Privacy warnings (seeded randomness, delta >= 1/n, a schema inferred from

@@ -237,8 +237,8 @@ def _read_config(ctx, param, path):
 @click.option("--no-diagnostics", "no_diagnostics", is_flag=True,
               help="compute no diagnostics: the record is the release alone (safe to publish)")
 @click.option("--diagnostics-budget", type=float, default=None, metavar="SECONDS",
-              help="wall seconds each costly diagnostic (lambda_min certificate, non-private optimum, trajectory) "
-                   "may take; 'inf' for no limit [default: the run's own time]")
+              help="wall seconds the costly diagnostics (lambda_min certificates, non-private optimum, "
+                   "trajectory) may take together; 'inf' for no limit [default: the run's own time]")
 @click.option("--json", "as_json", is_flag=True, help="print the whole JSON record on stdout")
 @user_errors
 def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, epochs, lr,

@@ -22,6 +22,9 @@ import numpy as np
 
 #: dense eigendecomposition up to this many parameters
 DENSE_MAX_D = 300
+#: a dense certificate of at most this much work (n d^2 + d^3, a few milliseconds) is computed
+#: whatever the time budget, so a small problem's record does not depend on the machine's load
+DENSE_ALWAYS_WORK = 2e7
 #: Hessian-vector products one Lanczos run may make (each counted)
 LANCZOS_MAX_HVPS = 300
 #: Lanczos keeps its basis (k vectors of d floats, full reorthogonalisation): at most this many floats
@@ -112,7 +115,8 @@ def lambda_min_report(problem, w, *, max_hvps: int = LANCZOS_MAX_HVPS, budget_s:
     certificate; None if no product fit) or "skipped" (``reason`` says why:
     d above the Lanczos limit, or no time budget at all).  ``budget_s``: wall
     seconds the certificate may take (None: no limit); the dense path is
-    taken only when one Hessian-vector product's time says it fits."""
+    taken when it is small (DENSE_ALWAYS_WORK) or one Hessian-vector
+    product's time says it fits."""
     t0 = time.perf_counter()
     deadline = None if budget_s is None else t0 + float(budget_s)
     d = int(problem.d)
@@ -129,10 +133,10 @@ def lambda_min_report(problem, w, *, max_hvps: int = LANCZOS_MAX_HVPS, budget_s:
     w = np.asarray(w, dtype=float)
     if d <= DENSE_MAX_D:
         fits = True
-        if deadline is not None:  # dense costs about d/8 products (a BLAS Hessian and eigvalsh)
-            t1 = time.perf_counter()
+        if deadline is not None and int(getattr(problem, "n", 0)) * d * d + d ** 3 > DENSE_ALWAYS_WORK:  # dense costs up to about d/2 products (the Hessian's per-record
+            t1 = time.perf_counter()  # second derivatives from Python, a BLAS product, eigvalsh)
             problem.hvp(w, _start_vector(d))
-            fits = time.perf_counter() + (time.perf_counter() - t1) * max(d / 8.0, 1.0) <= deadline
+            fits = time.perf_counter() + (time.perf_counter() - t1) * max(d / 2.0, 1.0) <= deadline
         if fits:
             return out(np.linalg.eigvalsh(problem.hessian(w))[0], "certified", "dense", 0, "dense eigenvalues")
     res = lanczos_smallest(lambda v: problem.hvp(w, v), d, max_hvps=max_hvps, deadline=deadline)

@@ -58,8 +58,8 @@ DIAGNOSTICS_MIN_BUDGET_S = 0.05
 
 
 def diagnostics_budget(given: float | None, run_s: float) -> float:
-    """Seconds each costly diagnostic may take: ``given``, else the run's own
-    time (at least :data:`DIAGNOSTICS_MIN_BUDGET_S`)."""
+    """Seconds the costly diagnostics may take together: ``given``, else the
+    run's own time (at least :data:`DIAGNOSTICS_MIN_BUDGET_S`)."""
     if given is not None:
         return float(given)
     return max(float(run_s), DIAGNOSTICS_MIN_BUDGET_S)
@@ -114,9 +114,10 @@ class RunConfig:
     out: str | None = None
     #: True (everything), "light" (counts and accounting, no evaluation) or False (the release alone)
     diagnostics: bool | str = True
-    #: wall seconds each costly diagnostic (a lambda_min certificate, the non-private optimum, the
-    #: trajectory's gradient norms) may take; None: the run's own time (at least
-    #: DIAGNOSTICS_MIN_BUDGET_S), so no diagnostic costs more than the run; inf: no limit
+    #: wall seconds the costly diagnostics of the run (the lambda_min certificates of train and
+    #: test, the trajectory's gradient norms) may take together, in equal parts; None: the run's own
+    #: time (at least DIAGNOSTICS_MIN_BUDGET_S), so they cost no more than the run; inf: no limit
+    #: (the non-private optimum is the data set's reference: solved once, then cached)
     diagnostics_budget: float | None = None
     progress: Callable[[int, int], None] | None = None
     #: privacy warnings (one line each): None raises them with ``warnings.warn`` as
@@ -640,8 +641,7 @@ def _write_optimum(file, w) -> None:
     store(file, lambda fh: np.save(fh, np.ascontiguousarray(w, dtype=np.float64), allow_pickle=False))
 
 
-def nonprivate_optimum(problem, max_iter: int = 200, *, public: bool = False, budget_s: float | None = None,
-                       status: dict | None = None):
+def nonprivate_optimum(problem, max_iter: int = 200, *, public: bool = False):
     """A non-private minimiser of the empirical loss (L-BFGS from 0, capped
     iterations): a reference for how much of the gap a private model closed.
     None when the problem is too large for a cheap reference.  Solved once for
@@ -651,32 +651,20 @@ def nonprivate_optimum(problem, max_iter: int = 200, *, public: bool = False, bu
     opted in (``DPREG_DATA_CACHE=1``), keyed by content (:func:`_optimum_key`,
     which includes scipy's version); a copy is returned.  The solve is most of a warm ``dpreg run``'s
     diagnostics (on adult, the record's ``diagnostics.timing.eval_s``: 2.74 s
-    with the optimum not yet cached, then 0.37 and 0.41 s).
-
-    ``budget_s``: wall seconds the solve may take (None: no limit); a solve
-    the budget stops is returned (its loss is an upper bound on the optimum)
-    but never kept, and ``status`` (a dict, if given) gets ``"status"``:
-    "cached", "solved" or "truncated" and the seconds spent."""
-    status = {} if status is None else status
+    with the optimum not yet cached, then 0.37 and 0.41 s)."""
     if problem.n * problem.d > 5e7:
-        status.update(status="skipped", reason="n x d above 5e7")
         return None
     try:
         key = _optimum_key(problem, max_iter)
     except Exception:  # noqa: BLE001 - an unusual problem or loss: solve it, uncached
-        return _solve_optimum(problem, max_iter, budget_s, status)
+        return _solve_optimum(problem, max_iter)
     if key in _OPTIMA:
         w = _OPTIMA[key]
-        status.update(status="cached")
         return None if w is None else w.copy()
     file = _optimum_file(key, public)
     w = None if file is None else _read_optimum(file, problem.d)
-    if w is not None:
-        status.update(status="cached")
-    else:
-        w = _solve_optimum(problem, max_iter, budget_s, status)
-        if status.get("status") == "truncated":
-            return w
+    if w is None:
+        w = _solve_optimum(problem, max_iter)
         if w is not None and file is not None:
             _write_optimum(file, w)
     if len(_OPTIMA) >= _OPTIMA_MAX:
@@ -685,26 +673,13 @@ def nonprivate_optimum(problem, max_iter: int = 200, *, public: bool = False, bu
     return w
 
 
-def _solve_optimum(problem, max_iter: int, budget_s: float | None = None, status: dict | None = None):
+def _solve_optimum(problem, max_iter: int):
     from scipy.optimize import minimize
 
-    status = {} if status is None else status
     radius = problem.loss.radius
-    t0 = time.perf_counter()
-    stopped = []
-
-    def stop_at_budget(intermediate_result):
-        if budget_s is not None and time.perf_counter() - t0 > budget_s:
-            stopped.append(True)
-            raise StopIteration
-
     with np.errstate(all="ignore"):
         res = minimize(problem.value, np.zeros(problem.d), jac=problem.gradient, method="L-BFGS-B",
-                       options={"maxiter": max_iter}, callback=stop_at_budget)
-    truncated = bool(stopped)
-    status.update(status="truncated" if truncated else "solved", seconds=time.perf_counter() - t0)
-    if truncated:
-        status["reason"] = f"L-BFGS stopped at the time budget of {budget_s:.3g} s after {res.nit} iterations"
+                       options={"maxiter": max_iter})
     w = res.x
     if radius is not None:
         from .problem import project
@@ -734,9 +709,11 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
             errors.append(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return None
 
-    # each costly diagnostic (a lambda_min certificate, the optimum, the trajectory) gets this many seconds
+    # the costly diagnostics of the run (the lambda_min certificates, the trajectory) share this many
+    # seconds, in equal parts; the non-private optimum is the data set's, solved once (cached)
     budget = diagnostics_budget(cfg.diagnostics_budget, timing["run_s"])
-    lim = None if math.isinf(budget) else budget
+    parts = 2 + (test_problem is not None)
+    lim = None if math.isinf(budget) else budget / parts
     ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train",
                                                                  lambda_budget_s=lim)) or {})
     base.update(guarded("train baselines", lambda: _baselines(problem, "train")) or {})
@@ -744,11 +721,7 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
         ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test",
                                                                    lambda_budget_s=lim)) or {})
         base.update(guarded("test baselines", lambda: _baselines(test_problem, "test")) or {})
-    opt_status: dict = {}
-    w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem, public=public_data, budget_s=lim,
-                                                                     status=opt_status))
-    if opt_status:
-        base["nonprivate_optimum"] = opt_status
+    w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem, public=public_data))
     if w_np is not None:
         base["nonprivate_train_loss"] = float(problem.value(w_np))
         if problem.loss.classifier:
@@ -767,8 +740,11 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
         if cp is not None:
             tr_summary["checkpoints"] = cp
     G, M, rho = problem.constants()
+    # the certificates' wall times go with the timings (the rest of the record is the same for the same seed)
+    lam_s = {p: (ev.get(f"{p}_lambda_min_status") or {}).pop("seconds", None) for p in ("train", "test")}
     timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads(),
-                  diagnostics_budget_s=None if math.isinf(budget) else budget)
+                  diagnostics_budget_s=None if math.isinf(budget) else budget,
+                  lambda_min_s={p: v for p, v in lam_s.items() if v is not None})
     return {
         "non_private": True,
         "note": DIAGNOSTICS_NOTE,

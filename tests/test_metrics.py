@@ -86,6 +86,7 @@ def test_lambda_min_time_budget(monkeypatch):
     w = 0.3 * np.random.default_rng(2).standard_normal(200)
     import time
 
+    pb.hvp(w, w)  # the kernel compiled (or loaded) before the clock starts
     t = time.perf_counter()
     rep = metrics.lambda_min_report(pb, w, budget_s=0.002)
     assert time.perf_counter() - t < 0.5
@@ -95,11 +96,18 @@ def test_lambda_min_time_budget(monkeypatch):
     assert skipped["train_lambda_min"] is None and skipped["train_is_alpha_sosp"] is None
 
 
+def test_small_dense_certificates_do_not_depend_on_the_budget():
+    """A small problem's dense certificate (a few milliseconds of work) is
+    computed whatever the time budget: its record does not depend on the load."""
+    small = metrics.lambda_min_report(_problem(300, 8), np.zeros(8), budget_s=1e-12)
+    assert small["status"] == "certified" and small["method"] == "dense"
+
+
 def test_diagnostics_cost_no_more_than_the_run_by_default():
-    """At d = 400 (the Lanczos path) a short dp-sgd run: every costly diagnostic
-    (each lambda_min certificate, the non-private optimum, the trajectory's
-    gradient norms) stays within the run's own time (or the small floor), and
-    the record says what was cut; an explicit budget lifts it."""
+    """At d = 400 (the Lanczos path) a short dp-sgd run: the costly diagnostics
+    of the run (the lambda_min certificates of train and test, the trajectory's
+    gradient norms) share the run's own time (or the small floor) in equal
+    parts, the record says what was cut, and an explicit budget lifts it."""
     import dpreg
     from dpreg.pipeline import DIAGNOSTICS_MIN_BUDGET_S
 
@@ -111,13 +119,13 @@ def test_diagnostics_cost_no_more_than_the_run_by_default():
     d = rec["diagnostics"]
     budget = d["timing"]["diagnostics_budget_s"]
     assert budget == pytest.approx(max(d["timing"]["run_s"], DIAGNOSTICS_MIN_BUDGET_S))
-    slack = 0.05 + 0.5 * budget  # one last product or L-BFGS iteration may end after the deadline
+    share = budget / 3  # the certificates of train and test, the trajectory
+    slack = 0.05 + 0.5 * share  # one last product may end after the deadline
     for part in ("train", "test"):
         st = d["metrics"][f"{part}_lambda_min_status"]
-        assert st["seconds"] <= budget + slack
+        assert d["timing"]["lambda_min_s"][part] <= share + slack
         assert st["status"] in ("certified", "truncated", "skipped") and st["reason"]
-    opt = d["baselines"]["nonprivate_optimum"]
-    assert opt["status"] == "cached" or opt["seconds"] <= budget + slack
+    assert sum(d["timing"]["lambda_min_s"].values()) <= budget + 2 * slack
     rec2 = dpreg.run(algo="dp-sgd", data=(X, y), test_fraction=0.2, epsilon=1.0, seed=0, warn=lambda m: None,
                      params={"steps": 40}, diagnostics_budget=float("inf"))
     assert rec2["diagnostics"]["metrics"]["train_lambda_min_status"]["status"] == "certified"

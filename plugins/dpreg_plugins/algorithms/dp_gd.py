@@ -95,8 +95,8 @@ class DPGD(Algorithm):
                   "(schedule.privacy_scale); practical default T = min(500, max(50, ceil(0.6 S))). The cap 500 "
                   "was chosen on adult's training split (S = 820 at eps = 1: logistic-nonconvex-reg training "
                   "gap 0.0222 at T = 200, 0.0135 at 500, 0.0140 at 1000; benchmarks/tune_defaults_h_t.py); on "
-                  "validation splits of the small sets (experiments/targets_models_learn.py --validation, 10 "
-                  "seeds, eps = 1) T = 500 / 200 / 100 / 50 / 25 gave breast-cancer (S = 18) 0.846 / 0.872 / "
+                  "validation splits of the small sets (experiments/targets_models_learn.py --validation, 5 "
+                  "seeds, T = 50: 10, eps = 1) T = 500 / 200 / 100 / 50 / 25 gave breast-cancer (S = 18) 0.846 / 0.872 / "
                   "0.835 / 0.894 / 0.883, digits (S = 40) 0.736 / 0.772 / 0.737 / 0.765 / 0.731, synthetic (S "
                   "= 27) 0.673 / 0.734 / 0.695 / 0.730 / 0.728: 50 steps at least; the trust-region paper tunes "
                   "DP-GD per data set", low=1),

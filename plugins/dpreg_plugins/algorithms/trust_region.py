@@ -103,8 +103,6 @@ COMMON = (
               "(|g| ~ alpha at w = 0) and returns a model at the majority class on adult (0.764 test accuracy, "
               "eps = 1), while all T steps reach a gap 15x smaller on IJCNN1 (docs/experiment-trust-region.md)",
               choices=("multiplier", "none")),
-    ParamSpec("damping", "float", None, "shift s added to the released Hessian's diagonal before the step "
-              "(H~ + s I: post-processing); 0: none", "not in Alg 1/2; see the default", low=0),
     ParamSpec("trs", "str", "auto", "trust-region subproblem solver: exact (dense eigendecomposition of H~), "
               "krylov (matrix-free: products H~ V only), or auto (exact up to 200 parameters while the dense "
               "Hessian's n d^2 per step is at most 1e8: IJCNN1, breast-cancer; krylov on adult, d = 784)",
@@ -253,19 +251,16 @@ class _TrustRegion(Algorithm):
             pb.d > TRS_EXACT_MAX_D or self._hess_rows() * pb.d * pb.d > TRS_EXACT_MAX_WORK))
         unconverged = 0
         products = 0
-        shift = float(self.p["damping"] or 0.0)
         for k in range(1, self.T + 1):
             g = self._grad(w, k)
             if krylov:
                 data_part, E = self._hess_operator(w, k)
                 mm = _hessian_matmat(pb.loss, w, data_part, E)
-                res = solve_trs_krylov(g, (lambda V, mm=mm: mm(V) + shift * V) if shift else mm, self.r)
+                res = solve_trs_krylov(g, mm, self.r)
                 unconverged += int(not res.converged)
                 products += res.products
             else:
                 H = self._hess(w, k) + psi_hessian(pb.loss, w)
-                if shift:
-                    H[np.diag_indices_from(H)] += shift
                 res = solve_trs(g, H, self.r)
             w = w + res.h
             lam = res.lam
@@ -281,7 +276,7 @@ class _TrustRegion(Algorithm):
                      "last_multiplier": lam, "clip": self.C, "hess_clip": self.CH,
                      "hess_sensitivity": self.p["hess_sensitivity"], "noise": self.p["noise"],
                      "stop": self.p["stop"], "preset": self.p.get("preset", "practical"),
-                     "trs": "krylov" if krylov else "exact", "damping": shift,
+                     "trs": "krylov" if krylov else "exact",
                      "trs_unconverged": unconverged if krylov else None,
                      "trs_products": products if krylov else None,
                      "trajectory": traj})
