@@ -447,6 +447,10 @@ class Algorithm(ABC):
     #: (the problem's initial point).  Algorithms that read it set ``honours_init = True`` and
     #: start from :meth:`initial_point`.
     init: np.ndarray | None = None
+    #: white-box audits (:mod:`dpreg.audit`): None, or a callable that
+    #: :meth:`released` shows every noisy release made outside a noise
+    #: mechanism, as ``(label, value)``; it never changes the run
+    release_observer: Callable[[str, np.ndarray], None] | None = None
 
     @classmethod
     def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
@@ -506,6 +510,16 @@ class Algorithm(ABC):
         mechanisms.  Every mechanism draw (noise, sampling, permutation,
         perturbation, selector noise) comes from such a stream."""
         return np.random.SeedSequence([self.seed] + [ord(c) for c in stream])
+
+    def released(self, label: str, value: np.ndarray) -> np.ndarray:
+        """Return ``value`` - a noisy release the algorithm has just charged and
+        computed outside a noise mechanism (a trust-region step's gradient or
+        Hessian) - after showing it to :attr:`release_observer`, if set.  The
+        white-box audit reads such releases; noise mechanisms' releases it
+        reads from the mechanism itself."""
+        if self.release_observer is not None:
+            self.release_observer(label, value)
+        return value
 
     def rng(self, stream: str) -> np.random.Generator:
         """A Generator for a named stream (see :meth:`seed_sequence`)."""

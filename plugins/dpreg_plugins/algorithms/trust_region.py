@@ -320,13 +320,13 @@ class DPTrustRegion(_TrustRegion):
         pb = self.problem
         charge(self.accountant, gaussian_event(self.zg), Participation.all(), label="dp-tr gradient")
         s, _ = pb.clipped_grad_sum(w, None, self.C)
-        return s / pb.n + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g)
+        return self.released("gradient", s / pb.n + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g))
 
     def _hess(self, w, k):
         pb = self.problem
         charge(self.accountant, gaussian_event(self.zh), Participation.all(), label="dp-tr hessian")
         S, _ = pb.clipped_hessian_sum(w, None, self.CH)
-        return S / pb.n + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+        return self.released("hessian", S / pb.n + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h))
 
     def _hess_rows(self) -> int:
         return self.problem.n
@@ -445,7 +445,7 @@ class DPStochasticTrustRegion(_TrustRegion):
         self._charge(self.zg, self.b, part, "dp-str gradient")
         s, _ = pb.clipped_grad_sum(w, idx, self.C) if len(idx) else (np.zeros(pb.d), 0)
         self.used += len(idx)
-        return s / self.b + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g)
+        return self.released("gradient", s / self.b + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g))
 
     def _hess(self, w, k):
         pb = self.problem
@@ -453,7 +453,7 @@ class DPStochasticTrustRegion(_TrustRegion):
         self._charge(self.zh, self.bh, part, "dp-str hessian")
         S = pb.clipped_hessian_sum(w, idx, self.CH)[0] if len(idx) else np.zeros((pb.d, pb.d))
         self.used += len(idx)
-        return S / self.bh + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+        return self.released("hessian", S / self.bh + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h))
 
     def _hess_rows(self) -> int:
         return min(int(self.p["hess_batch"] or self.p["batch"]), self.problem.n)
