@@ -51,3 +51,37 @@ def test_defaults_fit_a_hundred_records(algo):
     d = rec["diagnostics"]
     assert d["usage"]["iterations"] >= 10, d["usage"]
     assert rec["release"]["privacy"]["epsilon"] <= 1.0 + 1e-9
+
+
+def test_dp_sgd_trains_networks_like_networks():
+    """A network loss (mlp) gets the settings practitioners train networks with
+    under DP - 20 epochs of expected batch min(256, n/4), clip 1, step 1 - not
+    the linear-model rules (whose T shrinks with the parameter count); given
+    values and preset=theory still win."""
+    from dpreg.accounting import RdpAccountant
+    from dpreg.params import bind
+    from dpreg.problem import make_problem
+    from dpreg.registry import get_registry
+    from dpreg_plugins.algorithms import dp_sgd
+
+    reg = get_registry()
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2000, 20))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    net = make_problem(reg.get("loss", "mlp"), X, y)
+    lin = make_problem(reg.get("loss", "logistic"), X, y)
+
+    def resolve(pb, **params):
+        algo = dp_sgd.DPSGD(pb, bind(dp_sgd.DPSGD.params, params, "dp-sgd"), noise=None,
+                            accountant=RdpAccountant(1.0, 1e-5, "add-remove"), seed=0)
+        return algo.resolve()
+
+    r = resolve(net)
+    assert (r["batch"], r["clip"], r["step"]) == (256, dp_sgd.NETWORK_CLIP, dp_sgd.NETWORK_STEP)
+    assert r["steps"] == int(np.ceil(dp_sgd.NETWORK_EPOCHS * 2000 / 256))
+    assert resolve(make_problem(reg.get("loss", "mlp"), X[:400], y[:400]))["batch"] == 100  # n/4
+    mine = resolve(net, epochs=2, clip=0.5, step=0.1, batch=50)
+    assert (mine["steps"], mine["clip"], mine["step"], mine["batch"]) == (80, 0.5, 0.1, 50)
+    assert resolve(net, preset="theory")["clip"] == net.constants()[0]  # the linear-model (paper) rules
+    assert resolve(lin)["clip"] == lin.constants()[0]                     # linear models unchanged
