@@ -31,3 +31,14 @@ def test_standing_table_runs_tiny(capsys):
             assert len(cell["acc"]) == 1 and 0.0 <= cell["acc"][0] <= 1.0
         assert f"| {algo} |" in out
     assert "made at commit" in out and "vs dp-sgd" in out and "vs majority" in out
+
+
+@pytest.mark.slow
+def test_large_d_timing_runs_tiny(capsys):
+    """--tiny: the trust-region pair, zo-o2nc and dp-sgd at n = 300, d = 60."""
+    mod = _module("large_d_timing")
+    res = mod.main(["--tiny"])
+    assert set(res) == set(mod.ALGOS)
+    for call_s, run_s, eval_s, acc in res.values():
+        assert 0 < run_s <= call_s and eval_s >= 0 and 0.0 <= acc <= 1.0
+    assert "| dp-trust-region |" in capsys.readouterr().out
