@@ -71,7 +71,7 @@ from .trs_solver import solve_trs, solve_trs_krylov
 #: cheap - at most this many parameters and at most TRS_EXACT_MAX_WORK = n d^2 per step (its O(n d^2)
 #: clipped sum) - else the matrix-free Krylov solver (no d x d data Hessian, no O(d^3) per step)
 TRS_EXACT_MAX_D = 200
-TRS_EXACT_MAX_WORK = 1e8
+TRS_EXACT_MAX_WORK = 1e9
 
 COMMON = (
     ParamSpec("alpha", "float", 0.1, "target accuracy alpha of the alpha-SOSP",
@@ -105,7 +105,7 @@ COMMON = (
               choices=("multiplier", "none")),
     ParamSpec("trs", "str", "auto", "trust-region subproblem solver: exact (dense eigendecomposition of H~), "
               "krylov (matrix-free: products H~ V only), or auto (exact up to 200 parameters while the dense "
-              "Hessian's n d^2 per step is at most 1e8: IJCNN1, breast-cancer; krylov on adult, d = 784)",
+              "Hessian's n d^2 per step is at most 1e9: adult, IJCNN1, breast-cancer; krylov at d = 784)",
               "the paper solves (3) exactly (CVX); krylov solves the same problem on a block Lanczos basis to a "
               "KKT residual of 1e-8 (|g~| + |H~| r), hard case included (trs_solver.solve_trs_krylov): the "
               "released H~ is the same, formed as its data part's factors plus the symmetric noise matrix",
