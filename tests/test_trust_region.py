@@ -324,3 +324,18 @@ def test_krylov_steps_equal_exact_steps(algo):
     info = runs["krylov"]["diagnostics"]["run_info"]
     assert info["trs"] == "krylov" and info["trs_unconverged"] == 0 and info["trs_products"] > 0
     assert runs["exact"]["diagnostics"]["run_info"]["trs"] == "exact"
+
+
+def test_krylov_only_on_a_linear_models_factored_hessian():
+    """The factored Hessian is the linear model's: a loss with its own problem
+    (softmax here, at 650 parameters) keeps the exact path under trs=auto and
+    refuses trs=krylov before any release."""
+    import dpreg
+    from dpreg.errors import ParameterError
+
+    rec = dpreg.run(algo="dp-trust-region", data="digits", epsilon=1.0, seed=0, params={"steps": 2}, warn=False,
+                    diagnostics="light")
+    assert rec["diagnostics"]["run_info"]["trs"] == "exact"
+    with pytest.raises(ParameterError, match="trs=krylov needs a linear model"):
+        dpreg.run(algo="dp-trust-region", data="digits", epsilon=1.0, seed=0, params={"steps": 2, "trs": "krylov"},
+                  warn=False, diagnostics="light")

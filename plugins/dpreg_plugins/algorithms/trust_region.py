@@ -104,8 +104,9 @@ COMMON = (
               "eps = 1), while all T steps reach a gap 15x smaller on IJCNN1 (docs/experiment-trust-region.md)",
               choices=("multiplier", "none")),
     ParamSpec("trs", "str", "auto", "trust-region subproblem solver: exact (dense eigendecomposition of H~), "
-              "krylov (matrix-free: products H~ V only), or auto (exact up to 200 parameters while the dense "
-              "Hessian's n d^2 per step is at most 1e9: adult, IJCNN1, breast-cancer; krylov at d = 784)",
+              "krylov (matrix-free: products H~ V only; linear models), or auto (exact up to 200 parameters "
+              "while the dense Hessian's n d^2 per step is at most 1e9 - adult, IJCNN1, breast-cancer -, "
+              "krylov above for linear models - d = 784 -, exact for softmax and networks)",
               "the paper solves (3) exactly (CVX); krylov solves the same problem on a block Lanczos basis to a "
               "KKT residual of 1e-8 (|g~| + |H~| r), hard case included (trs_solver.solve_trs_krylov): the "
               "released H~ is the same, formed as its data part's factors plus the symmetric noise matrix",
@@ -255,7 +256,16 @@ class _TrustRegion(Algorithm):
         lam = math.nan
         stopped = False
         k = 0
-        krylov = self.p["trs"] == "krylov" or (self.p["trs"] == "auto" and (
+        # the factored Hessian is the linear model's (a loss with its own problem - softmax, networks -
+        # or a problem whose clipped Hessian sum is changed, e.g. an audit's, keeps the dense release)
+        from dpreg.problem import Problem
+
+        factored = (callable(getattr(pb, "clipped_hessian_operator", None))
+                    and getattr(type(pb), "clipped_hessian_sum", None) is Problem.clipped_hessian_sum)
+        if self.p["trs"] == "krylov" and not factored:
+            raise ParameterError(f"trs=krylov needs a linear model's factored Hessian; loss {pb.loss.name!r} "
+                                 f"releases its Hessian densely: use trs=exact")
+        krylov = self.p["trs"] == "krylov" or (self.p["trs"] == "auto" and factored and (
             pb.d > TRS_EXACT_MAX_D or self._hess_rows() * pb.d * pb.d > TRS_EXACT_MAX_WORK))
         unconverged = 0
         products = 0
