@@ -249,13 +249,6 @@ class _TrustRegion(Algorithm):
     def run(self) -> RunOutput:
         pb = self.problem
         self._resolve()
-        info = self._setup(self.T)
-        w = self.initial_point()
-        traj = Trajectory(self.T)
-        traj.log(0, w)
-        lam = math.nan
-        stopped = False
-        k = 0
         # the factored Hessian is the linear model's (a loss with its own problem - softmax, networks -
         # or a problem whose clipped Hessian sum is changed, e.g. an audit's, keeps the dense release)
         from dpreg.problem import Problem
@@ -267,6 +260,13 @@ class _TrustRegion(Algorithm):
                                  f"releases its Hessian densely: use trs=exact")
         krylov = self.p["trs"] == "krylov" or (self.p["trs"] == "auto" and factored and (
             pb.d > TRS_EXACT_MAX_D or self._hess_rows() * pb.d * pb.d > TRS_EXACT_MAX_WORK))
+        info = self._setup(self.T)
+        w = self.initial_point()
+        traj = Trajectory(self.T)
+        traj.log(0, w)
+        lam = math.nan
+        stopped = False
+        k = 0
         unconverged = 0
         products = 0
         for k in range(1, self.T + 1):
