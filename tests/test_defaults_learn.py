@@ -85,3 +85,14 @@ def test_dp_sgd_trains_networks_like_networks():
     assert (mine["steps"], mine["clip"], mine["step"], mine["batch"]) == (80, 0.5, 0.1, 50)
     assert resolve(net, preset="theory")["clip"] == net.constants()[0]  # the linear-model (paper) rules
     assert resolve(lin)["clip"] == lin.constants()[0]                     # linear models unchanged
+
+
+def test_a_multiclass_linear_model_is_not_a_network():
+    """softmax builds its own problem but has no hidden layers: dp-sgd keeps the
+    linear-model rules for it."""
+    from dpreg.registry import get_registry
+    from dpreg_plugins.algorithms.dp_sgd import is_network
+
+    reg = get_registry()
+    assert is_network(reg.get("loss", "mlp")) and not is_network(reg.get("loss", "softmax"))
+    assert not is_network(reg.get("loss", "logistic"))

@@ -29,7 +29,7 @@ from .dp_gd import COMMON, NOISE_MULTIPLIER, plan_noise, resolve_common
 #: moves once per call
 STEPS_PER_CALL = 256
 
-#: practical defaults for network losses (a loss that builds its own model, e.g. ``mlp``): the
+#: practical defaults for network losses (a loss with hidden layers, ``mlp``): the
 #: settings practitioners train networks with under DP (Opacus' examples): epochs, expected batch,
 #: per-record clip, and the step for that clip (see the ``epochs`` parameter)
 NETWORK_EPOCHS = 20
@@ -39,9 +39,10 @@ NETWORK_STEP = 1.0
 
 
 def is_network(loss) -> bool:
-    """Whether ``loss`` builds its own model (a network: its parameter count is
-    not the feature count, and its declared G, M are loose layer bounds)."""
-    return getattr(loss, "make_problem", None) is not None
+    """Whether ``loss`` is a network (a loss with hidden layers, ``mlp``): its
+    parameter count is not the feature count, and its declared G, M are loose
+    layer bounds.  A multi-class linear model (softmax) is not one."""
+    return bool(getattr(loss, "hidden", None))
 
 
 #: dp-sgd's step size: half the full-batch default of COMMON
