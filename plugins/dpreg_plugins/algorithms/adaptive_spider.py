@@ -7,7 +7,8 @@ record is used at most once, batches drawn from the pass's unused records.
 Alg 2 makes one pass (preset=theory); on 20,000 records or more the
 practical default makes ``passes`` = 3 (a fresh secret permutation per pass,
 each pass starting with an O1 refresh), for the empirical loss a
-practitioner minimises.  At step t:
+practitioner minimises, and on fewer up to 16 (schedule.practical_passes).
+At step t:
 
 * if drift >= kappa: O1 - a fresh batch of b records, per-record gradients
   clipped to C = G, mean; the noise mechanism is reset (new phase) and the
@@ -104,7 +105,8 @@ DIFF_CLIP_DIVISOR = 8.0
 #: practical step cap, as a multiple of G/M (the ``step_cap`` parameter)
 STEP_CAP = 0.1
 #: practical number of passes over the records (the ``passes`` parameter; preset=theory: 1) on
-#: data sets of at least dpreg.access.PASSES_MIN_RECORDS records; smaller ones make one pass
+#: data sets of at least dpreg.access.PASSES_MIN_RECORDS records (smaller ones:
+#: schedule.practical_passes)
 PASSES = 3
 
 
@@ -268,9 +270,9 @@ class AdaptiveSpider(Algorithm):
                     diff_clip=diff_clip, adaptive_scale=factor("adaptive_scale", ADAPTIVE_SCALE))
 
     def passes(self) -> int:
-        """Passes over the records (:func:`dpreg.access.default_passes`: the
-        parameter, else 1 under preset=theory - Alg 2's single pass - or on
-        few records, else :data:`PASSES`)."""
+        """Passes over the records (:func:`schedule.practical_passes`: the
+        parameter, else 1 under preset=theory - Alg 2's single pass -, else
+        :data:`PASSES` from 20,000 records on, up to 16 below)."""
         return practical_passes(self.p["passes"], self.p["preset"], self.problem.n, PASSES)
 
     def adaptive_batch(self, s: float, r: dict) -> int:

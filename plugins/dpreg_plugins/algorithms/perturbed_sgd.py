@@ -27,8 +27,8 @@ Privacy.  Passes of disjoint batches: within a pass every batch is a fresh
 disjoint set of records, so each record enters exactly one increment of one
 running sum per pass; the paper's algorithm makes one pass (preset=theory),
 the practical default ``passes`` = 3 when one oracle has 20,000 records or
-more (a fresh secret permutation per pass, each starting with an O1
-refresh), and z is calibrated for one pass's exposure composed over the
+more, up to 16 on fewer (a fresh secret permutation per pass, each starting
+with an O1 refresh), and z is calibrated for one pass's exposure composed over the
 passes.  The noise multiplier z
 is calibrated so that this one exposure (the mechanism's ``record_event`` for a
 disjoint add, which for ``tree`` covers every node the increment enters) fits
@@ -93,7 +93,7 @@ DIFF_CLIP_DIVISOR = 4.0
 #: practical step eta = STEP_FACTOR / M (see the ``step`` parameter); preset=theory keeps 1/M
 STEP_FACTOR = 2.0
 #: practical number of passes over the records (the ``passes`` parameter; preset=theory: 1) when
-#: one oracle has at least dpreg.access.PASSES_MIN_RECORDS records; fewer make one pass
+#: one oracle has at least dpreg.access.PASSES_MIN_RECORDS records (fewer: schedule.practical_passes)
 PASSES = 3
 #: practical step cap as a multiple of G/M (the ``step_cap`` parameter); preset=theory: none
 STEP_CAP = 0.1
@@ -349,10 +349,11 @@ class PerturbedSGD(Algorithm):
         return 1
 
     def passes(self) -> int:
-        """Passes over the records (:func:`dpreg.access.default_passes` on the
+        """Passes over the records (:func:`schedule.practical_passes` on the
         records one oracle holds, :meth:`sample_size`: per client for
-        distributed-spider; else 1 under preset=theory, the paper's single
-        pass, or on few records, else :data:`PASSES`)."""
+        distributed-spider): the parameter, else 1 under preset=theory (the
+        paper's single pass), else :data:`PASSES` from 20,000 records on, up
+        to 16 below."""
         return practical_passes(self.p["passes"], self.p["preset"], self.sample_size(), PASSES)
 
     def theory(self):

@@ -9,8 +9,8 @@ also the Goldstein radius: the run looks for a (h, eps)-stationary point of the
 smoothed loss F_h, i.e. a (2h, eps)-Goldstein-stationary point of F (Cor 2.3).
 
 Passes over disjoint batches (within a pass records are used at most once;
-Alg 3 makes one pass, the practical default four on 20,000 records or more,
-each pass K blocks over a fresh secret permutation).  Block k
+Alg 3 makes one pass, the practical default four on 20,000 records or more
+and up to 16 on fewer, each pass K blocks over a fresh secret permutation).  Block k
 (k = 1..K) runs T steps of O2NC, restarting OSD and the running sum:
 
     Delta_1 = 0;  Delta_t = Pi_{|.| <= D}(Delta_{t-1} - eta_t g~_{t-1})        (OSD, t >= 2)
@@ -310,9 +310,9 @@ class ZoO2NC(Algorithm):
                 "record_clip": C, "diff": diff, "output": out, "rho": rho, "records_per_block": per_block}
 
     def passes(self) -> int:
-        """Passes over the records (:func:`dpreg.access.default_passes`: the
-        parameter, else 1 under preset=theory or on few records, else
-        :data:`PASSES`)."""
+        """Passes over the records (:func:`schedule.practical_passes`: the
+        parameter, else 1 under preset=theory, else :data:`PASSES` from
+        20,000 records on, up to 16 below)."""
         return practical_passes(self.p["passes"], self.p["preset"], self.problem.n, PASSES)
 
     def _noise_multiplier(self, plan) -> float:
