@@ -26,6 +26,7 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         target_bounds: Any = "auto", target_share: float = 0.1, intercept: bool | None = None,
         scaling: str = "auto", bounds: str | None = None, scaling_share: float = 0.1, alpha: float | None = None,
         select: str | None = None, select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
+        diagnostics_budget: float | None = None,
         progress: Callable[[int, int], None] | None = None,
         warn: Callable[[str], None] | bool | None = None) -> dict:
     """Run one pipeline, exactly as ``dpreg run`` does, and return its record
@@ -43,7 +44,8 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     softmax for K > 2 declared classes (``labels=(a, b, c)``), squared for a
     data set that declares a regression task, else logistic.
     ``target_bounds``: the public range of a regression target ((lo, hi),
-    "auto" or "none"; :mod:`dpreg.tasks`).  See
+    "auto" or "none"; :mod:`dpreg.tasks`).  ``diagnostics_budget``: seconds
+    the costly diagnostics may take together (None: the run's own time).  See
     :class:`dpreg.pipeline.RunConfig` for the other options.
 
     Privacy warnings (seeded randomness, delta >= 1/n, a schema inferred from
@@ -63,7 +65,7 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
         target_bounds=target_bounds, target_share=target_share, intercept=intercept, scaling=scaling, bounds=bounds,
         scaling_share=scaling_share, alpha=alpha, select=select, select_share=select_share, out=out,
-        diagnostics=diagnostics, progress=progress, warn=warn))
+        diagnostics=diagnostics, diagnostics_budget=diagnostics_budget, progress=progress, warn=warn))
 
 
 def load_model(path_or_record):

@@ -246,12 +246,16 @@ def _read_config(ctx, param, path):
               help="Dask scheduler address for --backend dask [default: a LocalCluster]")
 @click.option("--no-diagnostics", "no_diagnostics", is_flag=True,
               help="compute no diagnostics: the record is the release alone (safe to publish)")
+@click.option("--diagnostics-budget", type=float, default=None, metavar="SECONDS",
+              help="wall seconds the costly diagnostics (lambda_min certificates, non-private optimum, "
+                   "trajectory) may take together; 'inf' for no limit [default: the run's own time]")
 @click.option("--json", "as_json", is_flag=True, help="print the whole JSON record on stdout")
 @user_errors
 def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, epochs, lr,
         batch_size, max_grad_norm, noise_multiplier, seed, split_seed,
         features, zero_based, labels, target_bounds, target_share, intercept, scaling, bounds, scaling_share, alpha,
-        select, select_share, out, force, threads, quiet, verbose, backend, scheduler, no_diagnostics, as_json):
+        select, select_share, out, force, threads, quiet, verbose, backend, scheduler, no_diagnostics,
+        diagnostics_budget, as_json):
     """Run one private optimization and report privacy spent and metrics.
 
     --epochs, --lr, --batch-size, --max-grad-norm and --noise-multiplier are
@@ -288,7 +292,8 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
                     target_bounds=target_bounds if target_bounds is not None else "auto", target_share=target_share,
                     intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share,
                     alpha=alpha, select=select, select_share=select_share, out=out,
-                    diagnostics=not no_diagnostics, warn=warn, threads=threads, write_record=False)
+                    diagnostics=not no_diagnostics, diagnostics_budget=diagnostics_budget, warn=warn,
+                    threads=threads, write_record=False)
     progress_cm = _progress(cfg.algo) if not quiet else _NoProgress()
     with progress_cm as cb:
         cfg.progress = cb
@@ -373,8 +378,10 @@ def _summary(rec, out):
         m, b, u, t = diag["metrics"], diag["baselines"], diag["usage"], diag["timing"]
         click.echo("diagnostics (NOT private: computed on the raw data; do not publish)")
         if "train_grad_norm" in m:
+            st = (m.get("train_lambda_min_status") or {}).get("status")
             line = f"  train     |grad|={m['train_grad_norm']:.4g}  loss={m['train_loss']:.4g}  " \
-                   f"lambda_min={_fmt(m.get('train_lambda_min'))}"
+                   f"lambda_min={'<= ' if st == 'truncated' else ''}{_fmt(m.get('train_lambda_min'))}" \
+                   f"{' (' + st + ')' if st in ('truncated', 'skipped') else ''}"
             if "train_accuracy" in m:
                 line += f"  accuracy={m['train_accuracy']:.4f}"
             if "train_r2" in m:
@@ -391,7 +398,8 @@ def _summary(rec, out):
             click.echo(line)
         ref = f"  compare   loss at w=0 {_fmt(b.get('train_loss_at_zero'))}"
         if "nonprivate_train_loss" in b:
-            ref += f"; non-private optimum loss {b['nonprivate_train_loss']:.4g}"
+            cut = (b.get("nonprivate_optimum") or {}).get("status") == "truncated"
+            ref += f"; non-private optimum loss {'<= ' if cut else ''}{b['nonprivate_train_loss']:.4g}"
         if "test_majority_rate" in b:
             ref += f"; test majority class {b['test_majority_rate']:.4f}"
         elif "train_majority_rate" in b:

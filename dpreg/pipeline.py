@@ -52,6 +52,19 @@ RELATION_TEXT = {
 }
 
 
+#: the least time budget of a costly diagnostic (``RunConfig.diagnostics_budget`` None: the
+#: run's own time, but at least this): below it a budget would only measure Python's overhead
+DIAGNOSTICS_MIN_BUDGET_S = 0.05
+
+
+def diagnostics_budget(given: float | None, run_s: float) -> float:
+    """Seconds the costly diagnostics may take together: ``given``, else the
+    run's own time (at least :data:`DIAGNOSTICS_MIN_BUDGET_S`)."""
+    if given is not None:
+        return float(given)
+    return max(float(run_s), DIAGNOSTICS_MIN_BUDGET_S)
+
+
 def default_delta(n: int) -> float:
     """min(1e-5, 1/(10 n)): well below 1/n, the delta at which releasing one
     random record in the clear is already (0, delta)-DP, and the customary
@@ -113,6 +126,11 @@ class RunConfig:
     out: str | None = None
     #: True (everything), "light" (counts and accounting, no evaluation) or False (the release alone)
     diagnostics: bool | str = True
+    #: wall seconds the costly diagnostics of the run (the lambda_min certificates of train and
+    #: test, the trajectory's gradient norms) may take together, in equal parts; None: the run's own
+    #: time (at least DIAGNOSTICS_MIN_BUDGET_S), so they cost no more than the run; inf: no limit
+    #: (the non-private optimum is the data set's reference: solved once, then cached)
+    diagnostics_budget: float | None = None
     progress: Callable[[int, int], None] | None = None
     #: privacy warnings (one line each): None raises them with ``warnings.warn`` as
     #: :class:`dpreg.PrivacyWarning`; a callable gets each message instead (the CLI
@@ -270,6 +288,10 @@ def _validate(cfg: RunConfig, reg):
             continue
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ParameterError(f"{name.replace('_', '-')} must be an integer >= 0, got {v!r}")
+    if cfg.diagnostics_budget is not None and not (
+            isinstance(cfg.diagnostics_budget, (int, float)) and not isinstance(cfg.diagnostics_budget, bool)
+            and cfg.diagnostics_budget >= 0 and not math.isnan(cfg.diagnostics_budget)):
+        raise ParameterError(f"diagnostics budget must be a number of seconds >= 0, got {cfg.diagnostics_budget!r}")
     if cfg.alpha is not None and not (isinstance(cfg.alpha, (int, float)) and cfg.alpha > 0):
         raise ParameterError(f"alpha must be > 0, got {cfg.alpha}")
     if cfg.test_fraction is not None and cfg.test_data is not None:
@@ -929,10 +951,17 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
             errors.append(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return None
 
-    ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train")) or {})
+    # the costly diagnostics of the run (the lambda_min certificates, the trajectory) share this many
+    # seconds, in equal parts; the non-private optimum is the data set's, solved once (cached)
+    budget = diagnostics_budget(cfg.diagnostics_budget, timing["run_s"])
+    parts = 2 + (test_problem is not None)
+    lim = None if math.isinf(budget) else budget / parts
+    ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train",
+                                                                 lambda_budget_s=lim)) or {})
     base.update(guarded("train baselines", lambda: _baselines(problem, "train")) or {})
     if test_problem is not None:
-        ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test")) or {})
+        ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test",
+                                                                   lambda_budget_s=lim)) or {})
         base.update(guarded("test baselines", lambda: _baselines(test_problem, "test")) or {})
     w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem, public=public_data))
     if w_np is not None:
@@ -952,11 +981,16 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
     traj = out.info.pop("trajectory", None)
     tr_summary = traj.summary() if traj is not None else {}
     if traj is not None:
-        cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates))
+        cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates,
+                                                                         budget_s=lim))
         if cp is not None:
             tr_summary["checkpoints"] = cp
     G, M, rho = problem.constants()
-    timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads())
+    # the certificates' wall times go with the timings (the rest of the record is the same for the same seed)
+    lam_s = {p: (ev.get(f"{p}_lambda_min_status") or {}).pop("seconds", None) for p in ("train", "test")}
+    timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads(),
+                  diagnostics_budget_s=None if math.isinf(budget) else budget,
+                  lambda_min_s={p: v for p, v in lam_s.items() if v is not None})
     return {
         "non_private": True,
         "note": DIAGNOSTICS_NOTE,

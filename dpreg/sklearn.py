@@ -127,9 +127,10 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                      ``noise_multiplier`` fixes the multiplier, refused if over the budget)
     fit_intercept:   a bias coordinate (K for K classes) inside every clipped per-record gradient
                      (a network has its own biases: it ignores this)
-    scaling, bounds: per-feature map, as ``dpreg run --scaling`` ("auto": private scales where
-                     they pay, else none; "none"; "bounds" with ``bounds=(lower, upper)`` lists of
-                     public per-feature bounds; "private")
+    scaling, bounds: per-feature map, as ``dpreg run --scaling`` ("auto", the default: the rule
+                     ``dpreg.run`` follows for arrays - private scales where they pay, else none;
+                     "none"; "bounds" with ``bounds=(lower, upper)`` lists of public per-feature
+                     bounds; "private")
     classes:         the class labels in order, declared (public input; two: negative, positive);
                      None: read off ``y`` (stated in ``privacy_``, with a PrivacyWarning)
     random_state:    None (secret OS entropy) or a research seed

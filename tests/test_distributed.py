@@ -245,7 +245,7 @@ def test_floors_size_batches_for_the_averaged_estimate(registry, pb, m):
     of O2), so alpha and the batches are not sqrt(m) too coarse; m = 1 is perturbed-sgd's plan."""
     # alpha_scale=1: the floor rule under test decides alpha (at the default alpha_scale, Thm 3's alpha
     # scaled up can exceed it: for m = 1 here it does)
-    algo, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=m, alpha_scale=1)
+    algo, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=m, alpha_scale=1, o1_budget=4)
     r = algo.resolve()
     f, d, n, z, chi = 2.0, pb.d, algo.sample_size(), r["noise_multiplier"], r["chi"]
     o1 = f * z * r["clip"] * math.sqrt(d) / (r["batch1"] * math.sqrt(m))
@@ -261,7 +261,7 @@ def test_floors_size_batches_for_the_averaged_estimate(registry, pb, m):
 def test_defaults_learn_on_adult():
     """Issue 12 at the defaults (shipped adult, eps = 1, research seed 0): not the majority class
     (0.764 test; every seed before the sqrt(m) floors and M/4 O2 clip) - 5 seeds average 0.822 in
-    benchmarks/targets_models_learn.py - and it runs escape tests, with per-client accountants."""
+    docs/models-learn.md - and it runs escape tests, with per-client accountants."""
     import dpreg
 
     rec = dpreg.run(algo="distributed-spider", epsilon=1.0, seed=0)
