@@ -9,6 +9,7 @@ privacy.  ``dpreg predict MODEL --data FILE`` and :func:`load_model` use it.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,6 +46,7 @@ class Model:
             if (kind == "linear" and w.shape != (prep.n_weights,)) or w.ndim != 1 or not np.all(np.isfinite(w)):
                 raise DpregError("model weights must be a vector of finite numbers "
                                  f"({prep.n_weights} for a linear model)")
+            _check_width(model, prep, kind)
             return cls(w, prep, str(model["loss"]), bool(model["classifier"]), model.get("label_map"),
                        model.get("zero_based"), kind, model.get("loss_spec"))
         except (KeyError, TypeError, ValueError) as exc:
@@ -69,7 +71,12 @@ class Model:
         from .registry import get_registry
 
         loss = get_loss(get_registry(), self.loss_spec or self.loss)
-        return make_problem(loss, Xt, np.zeros(Xt.shape[0])).decision_function(self.weights, Xt)
+        problem = make_problem(loss, Xt, np.zeros(Xt.shape[0]))
+        if getattr(problem, "d", len(self.weights)) != len(self.weights):
+            raise DpregError(f"model weights: {len(self.weights)} values, but {self.loss_spec or self.loss} on "
+                             f"{self.n_features} features has {problem.d} parameters (the record was edited "
+                             f"or damaged)")
+        return problem.decision_function(self.weights, Xt)
 
     def predict(self, X) -> np.ndarray:
         """Predicted labels in the training data's raw label values (margin
@@ -96,6 +103,57 @@ class Model:
         return np.column_stack([1.0 - p, p])
 
 
+def _check_width(model: dict, prep: Preprocessing, kind: str) -> None:
+    """DpregError unless the model's stated width agrees with its
+    preprocessing (``n_features``) and, for a linear model, its ``coef``."""
+    stated = model.get("n_features")
+    if stated is not None and stated != prep.n_features:
+        raise DpregError(f"model n_features = {stated!r} disagrees with its preprocessing "
+                         f"({prep.n_features} features): the record was edited or damaged")
+    coef = model.get("coef")
+    if kind == "linear" and coef is not None and len(coef) != prep.n_features:
+        raise DpregError(f"model coef has {len(coef)} values for {prep.n_features} features: the record "
+                         f"was edited or damaged")
+
+
+def load_for_model(model: Model, data, *, features: int | None = None):
+    """Raw records to predict on with ``model`` (a :class:`dpreg.pipeline.Loaded`),
+    refused (DataError, one line) unless their width is the model's.
+
+    Files with explicit columns (CSV, .npz) and data-set names must have
+    exactly the model's features.  An svmlight file states no width, so its
+    width is read off it (the largest index, in the model's index base) and
+    must be the model's too: a narrower file is another feature space far
+    more often than one that omits trailing all-zero features, and padding
+    it with zeros would predict nonsense.  ``features`` (``dpreg predict
+    --features D``) declares an svmlight file's width - the model's - for a
+    file that does omit trailing features."""
+    from .data import Schema, is_svmlight_path
+    from .errors import DataError
+    from .pipeline import load_data
+
+    d = model.n_features
+    if features is not None and features != d:
+        raise DataError(f"--features {features}: the model has {d} features; prediction data must have the same")
+    svmlight = isinstance(data, str) and os.path.isfile(data) and is_svmlight_path(data)
+    if svmlight and features is None:
+        loaded = load_data(data, schema=Schema(None, model.zero_based), split_seed=0)
+        width = loaded.X.shape[1]
+        if width > d:
+            raise DataError(f"{data}: has feature index {width - (0 if model.zero_based else 1)}, beyond the "
+                            f"model's {d} features")
+        if width < d:
+            raise DataError(f"{data}: its largest feature index makes {width} features, but the model has {d}: "
+                            f"another feature space? (if the file omits trailing all-zero features, declare its "
+                            f"width: --features {d})")
+        return loaded
+    loaded = load_data(data, schema=Schema(d, model.zero_based), split_seed=0)
+    width = loaded.X.shape[1] if getattr(loaded.X, "ndim", 2) == 2 else None
+    if width != d:
+        raise DataError(f"{data}: {width} features, but the model has {d}")
+    return loaded
+
+
 def load_model(path_or_record) -> Model:
     """The model of a ``dpreg run`` record (a path to its JSON, a record dict,
     or a release dict).  DpregError for anything that is not one."""
@@ -113,10 +171,16 @@ def load_model(path_or_record) -> Model:
     return Model.from_release(rec["model"])
 
 
-def write_predictions(path: str, labels: np.ndarray, margins: np.ndarray) -> None:
-    """CSV ``prediction,margin`` per record, written atomically."""
-    from .results import write_atomic
+def write_predictions(path: str, labels: np.ndarray, margins: np.ndarray, *, replace: bool = False) -> str:
+    """CSV ``prediction,margin`` per record, written atomically to ``path``
+    (``replace``) or, as ``dpreg run`` writes records, to the first free name
+    ``path``, ``<stem>-1<suffix>``, ... (never replacing a file); returns the
+    name written."""
+    from .results import write_atomic, write_new
 
-    lines = ["prediction,margin"] + [f"{a:g},{m:.17g}" for a, m in zip(labels, margins)]
-    write_atomic(path, "\n".join(lines))
+    text = "\n".join(["prediction,margin"] + [f"{a:g},{m:.17g}" for a, m in zip(labels, margins)])
+    if replace:
+        write_atomic(path, text)
+        return path
+    return write_new(path, text)
 

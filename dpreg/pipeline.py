@@ -32,7 +32,7 @@ import numpy as np
 from .accounting import check_budget_args
 from .data import is_sparse, is_svmlight_path
 from .errors import DataError, DpregError, ParameterError
-from .params import bind, parse_pairs
+from .params import bind, params_dict
 from .registry import get_registry
 
 DEFAULTS = {"algo": "adaptive-spider", "noise": "tree", "loss": "logistic", "data": "adult"}
@@ -213,7 +213,16 @@ def load_data(spec, *, schema, split_seed: int, test: bool = False) -> Loaded:
             f"no data set or file named {spec!r}; built-in data sets: {', '.join(reg.names('dataset'))}"
         )
     X, y, inferred = load_file(spec, schema if isinstance(schema, Schema) else Schema())
-    return Loaded(X, y, os.path.abspath(spec), schema=schema, inferred=inferred)
+    return Loaded(X, y, public_file_name(spec), schema=schema, inferred=inferred)
+
+
+def public_file_name(path: str) -> str:
+    """How a data file is named in a run's release and messages: its base
+    name.  The release is published; the absolute path - or a relative one,
+    which depends on where the command ran - would tell readers the user's
+    directory layout (account, project and folder names) and mean nothing on
+    their machine, while the base name still says which file it was."""
+    return os.path.basename(os.path.normpath(path)) or path
 
 
 def load_prepared(spec, *, seed: int = 0, labels: str = "binary", d: int | None = None, test: bool = False):
@@ -238,7 +247,7 @@ def _validate(cfg: RunConfig, reg):
     noise_name = cfg.noise or ((algo_cls.default_noise or ("tree" if "tree" in reg.names("noise") else "gaussian"))
                                if algo_cls.uses_noise else None)
     noise_cls = reg.get("noise", noise_name) if noise_name else None
-    given = parse_pairs(cfg.params) if isinstance(cfg.params, (list, tuple)) else dict(cfg.params)
+    given = params_dict(cfg.params)
     params = bind(algo_cls.params, given, f"algorithm {cfg.algo!r}")
     check_budget_args(cfg.epsilon, cfg.delta if cfg.delta is not None else 0.5)
     for name in ("seed", "split_seed"):
@@ -317,7 +326,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     if cfg.out is not None:
         check_writable(cfg.out)
     if cfg.threads is not None:
-        _set_threads(cfg.threads)
+        _set_threads(cfg.threads, cfg.warn)
     root = secret_seed(cfg.seed)  # the pipeline's own mechanisms (scaling, selection)
 
     # ---- data (raw) and the public schema
@@ -407,6 +416,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     problem = make_problem(loss, X, y, name=tr.description, row_bound=prep.row_bound)
     test_problem = (make_problem(loss, Xte, yte, name=test_desc, row_bound=prep.row_bound)
                     if Xte is not None else None)
+    check_size(problem, algo_cls, params, cfg)
 
     # ---- compile (or load cached) kernels before timing the run
     stage("loading kernels (compiled on the first run only)")
@@ -480,12 +490,38 @@ def run_pipeline(cfg: RunConfig) -> dict:
     return record
 
 
-def _set_threads(k: int) -> None:
+def check_size(problem, algo_cls, params: dict, cfg: RunConfig) -> None:
+    """Refuse, before anything of the model's size is allocated, a run whose
+    estimated work or memory is out of reach (:func:`dpreg.limits.check_run_size`:
+    public n, d and the run lengths given)."""
+    from .limits import check_run_size
+
+    threads = cfg.threads or os.cpu_count() or 1
+    loss = cfg.loss if isinstance(cfg.loss, str) and ":" in cfg.loss else ""
+    check_run_size(problem, algo_cls, params, threads=threads, what=loss)
+
+
+def _set_threads(k: int, warn=None) -> None:
+    """numba's thread count for the kernels: ``k``, or at most the threads
+    numba started (``NUMBA_NUM_THREADS``, the cores by default) - saying so,
+    through ``warn`` (the CLI's one-line warnings) or a DpregWarning."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ParameterError(f"threads must be an integer >= 1, got {k!r}")
     import numba
 
-    numba.set_num_threads(min(int(k), int(numba.config.NUMBA_NUM_THREADS)))
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    if k > top:
+        msg = (f"threads={int(k)}: numba runs at most {top} thread{'s' if top != 1 else ''} here "
+               f"(NUMBA_NUM_THREADS, by default the {os.cpu_count()} cores); using {top}")
+        if callable(warn):
+            warn(msg)
+        elif warn is not False:
+            import warnings
+
+            from .errors import DpregWarning
+
+            warnings.warn(msg, DpregWarning, stacklevel=3)
+    numba.set_num_threads(min(int(k), top))
 
 
 def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = None,

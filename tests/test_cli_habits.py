@@ -91,6 +91,7 @@ def test_full_disk_at_write_time_keeps_the_summary(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(dpreg.results, "write_atomic", full)
+    monkeypatch.setattr(dpreg.results, "write_new", full)
     res = _run([*FAST, "--out", str(tmp_path / "r.json")])
     assert res.exit_code == 1
     assert "privacy   epsilon=" in res.stdout  # the summary came first
