@@ -744,6 +744,8 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
     if traj is not None:
         cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates))
         if cp is not None:
+            cp.update(guarded("trajectory values", lambda: metrics.checkpoint_values(
+                problem, cp["steps"], traj.steps, traj.iterates)) or {})
             tr_summary["checkpoints"] = cp
     G, M, rho = problem.constants()
     timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads())
