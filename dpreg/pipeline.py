@@ -384,7 +384,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     intercept = (loss.classifier and not own_model) if cfg.intercept is None else bool(cfg.intercept)
     scaling_info = None
     if is_sparse(X):
-        if sel_cls is not None:
+        if sel_cls is not None and not getattr(sel_cls, "sparse_data", False):
             raise ParameterError(f"--select {cfg.select} needs dense data; this data set is sparse")
         if cfg.scaling in ("bounds", "private"):
             raise ParameterError(f"--scaling {cfg.scaling} maps features into [-1, 1], which fills in a "
@@ -702,6 +702,22 @@ def _solve_optimum(problem, max_iter: int):
     return w if np.all(np.isfinite(w)) else None
 
 
+def _a_reference(problem, w_np, base: dict):
+    """The non-private optimum as the diagnostics' reference, or None (with a
+    note in ``base``) when the solver did not improve on w = 0: a loss that is
+    flat or has a kink at the origin (ramp: every margin 0, subgradient 0)
+    stops it there, and a model with every margin 0 is no reference (its
+    accuracy is 0: every prediction a tie)."""
+    if w_np is None:
+        return None
+    zero = base.get("train_loss_at_zero")
+    if zero is not None and not float(problem.value(w_np)) < zero - 1e-12:
+        base["nonprivate_reference"] = ("none: L-BFGS from w = 0 did not improve on w = 0 (the loss is flat "
+                                        "or not differentiable there)")
+        return None
+    return w_np
+
+
 def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selection, scaling_info,
                  timing, public_data: bool = False) -> dict:
     from . import interrupts, metrics
@@ -729,6 +745,7 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
         ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test")) or {})
         base.update(guarded("test baselines", lambda: _baselines(test_problem, "test")) or {})
     w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem, public=public_data))
+    w_np = _a_reference(problem, w_np, base)
     if w_np is not None:
         base["nonprivate_train_loss"] = float(problem.value(w_np))
         if problem.loss.classifier:

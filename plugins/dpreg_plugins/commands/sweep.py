@@ -24,13 +24,21 @@ optional; an unknown key or a bad value is a one-line error naming it)::
 File paths (data, test_data) are read relative to the configuration's
 directory.  Entries of ``algorithms`` may share a label when each gives its
 own, disjoint ``epsilons`` (per-epsilon parameters, e.g. a paper's table: one
-line in the plots).  Every cell is one :func:`dpreg.pipeline.run_pipeline` call; its
-record is written atomically to ``DIR/records/<cell key>.json`` (the key
-names the cell and ends in a hash of its whole configuration), and a rerun
-skips every cell whose record exists, so an interrupted sweep resumes where it
-stopped.  A cell that fails with a DpregError becomes an ``error`` row (and is
-tried again by the next rerun).  The table of every cell is written to
-``DIR/results.csv`` and ``DIR/results.json``.
+line in the plots).  Everything is checked before any cell runs (names,
+algorithm parameters and their values, data-set options, data files, the
+grid's size: at most :data:`MAX_CELLS`); an entry given twice runs once.
+
+Every cell is one :func:`dpreg.pipeline.run_pipeline` call; its record is
+written atomically to ``DIR/records/<cell key>.json`` (the key names the cell
+and ends in a hash of its whole configuration), and a rerun skips every cell
+whose record is a finished record of it (:func:`verify_record`), so an
+interrupted sweep resumes where it stopped.  A cell that fails with a
+DpregError becomes an ``error`` row (tried again by the next rerun) and the
+sweep exits 1.  The table of every cell is written to ``DIR/results.csv`` and
+``DIR/results.json``.  ``DIR`` is locked while a sweep runs in it
+(:func:`open_out_dir`); Ctrl-C, SIGTERM and a record that cannot be written
+stop the workers (:mod:`dpreg_plugins.commands.sweep_workers`) and write the
+table of what finished.
 
 Privacy: every cell is a separate run on the same data and each satisfies its
 own (epsilon, delta); the sweep as a whole composes them, and choosing the
