@@ -13,10 +13,10 @@ What counts as an example:
   written (at that path, in the clone the examples run in) before the
   document's commands run, and is not itself run.
 
-Not examples: commands that regenerate a page of the repository's own
-experiments (a ``python benchmarks/...`` script, a grid of
-``benchmarks/sweeps/``, copying results into ``benchmarks/results``: hours of
-computing, run by their maintainers; their scripts are smoke-run by CI's
+Not examples: a block that regenerates a page of the repository's own
+experiments (one that runs a ``python benchmarks/...`` script or a grid of
+``benchmarks/sweeps/``, or copies results into ``benchmarks/results``: hours
+of computing, run by their maintainers; their scripts are smoke-run by CI's
 ``pytest benchmarks`` and their grids checked by tests/test_sweep.py) and
 set-up commands (``pip``, ``python -m pytest``: tests/test_readme.py checks
 those are the ones CI runs).  A command with a placeholder (``...``,
@@ -119,7 +119,8 @@ def _commands(block: Block):
 
 def _experiment_recipe(text: str) -> bool:
     """Whether a command regenerates one of the repository's experiment pages."""
-    return bool(re.search(r"benchmarks/(sweeps|results)/|python\s+benchmarks/|-m pytest|pip install", text))
+    code = "\n".join(ln.split("#")[0] for ln in text.splitlines())
+    return bool(re.search(r"benchmarks/(sweeps|results)/|python\s+benchmarks/", code))
 
 
 def examples() -> list[Example]:
@@ -138,12 +139,12 @@ def examples() -> list[Example]:
             if b.info and not b.info.startswith(("bash", "sh", "shell", "console")):
                 continue
             text = "\n".join(b.lines)
+            if _experiment_recipe(text):
+                continue  # the block reproduces an experiment page: its commands go together
             if re.search(r"^\s*for .*;\s*do\b", text, re.M) and "dpreg " in text:
                 out.append(Example(b.doc, b.line, "shell", text, _placeholder(text)))
                 continue
             for line, cmd in _commands(b):
-                if _experiment_recipe(cmd):
-                    continue
                 out.append(Example(b.doc, line, "dpreg", cmd, _placeholder(cmd)))
     return out
 

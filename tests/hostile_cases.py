@@ -163,7 +163,7 @@ def prepare(case: Case, cwd: Path, env: dict | None = None) -> str | None:
     for name, text in case.files.items():
         (cwd / name).write_text(text, encoding="utf-8")
     if "adult-model.json" in case.argv:
-        r = run_case(dpreg("-q", "run", "--algo", "dp-gd", "--param", "steps=3", "--no-diagnostics",
+        r = run_case(dpreg("run", "-q", "--algo", "dp-gd", "--param", "steps=3", "--no-diagnostics",
                            "--out", "adult-model.json"), cwd, timeout=600, env=env)
         if r["code"] != 0:
             return f"could not train the adult model: {r['stderr'][-300:]}"
@@ -256,7 +256,7 @@ def concurrent_out(cwd: Path, k: int = 4, *, env: dict | None = None) -> dict:
 
 
 def make_record(cwd: Path, name: str = "rec.json", env: dict | None = None) -> Path:
-    r = run_case(dpreg("-q", "run", *SMALL, "--out", name), cwd, timeout=600, env=env)
+    r = run_case(dpreg("run", "-q", *SMALL, "--out", name), cwd, timeout=600, env=env)
     assert r["code"] == 0, r["stderr"]
     return cwd / name
 
