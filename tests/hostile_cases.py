@@ -82,7 +82,7 @@ CASES = [
     Case("run-threads-999", "--threads 999", dpreg("run", *SMALL, "--threads", "999", "--out", "none"), code=0,
          one_line=False, says=()),
     Case("run-toml-bom", "--config with a UTF-8 byte-order mark",
-         dpreg("-q", "run", "--config", "bom.toml", "--out", "none"), code=0, one_line=False,
+         dpreg("run", "-q", "--config", "bom.toml", "--out", "none"), code=0, one_line=False,
          files={"bom.toml": "\ufeffalgo = \"dp-gd\"\ndata = \"synthetic-logistic:n=400,d=4\"\n[params]\nsteps = 3\n"}),
     Case("run-csv-label-last", "a CSV whose label is its last column",
          dpreg("run", "--algo", "dp-gd", "--data", "last.csv", "--out", "none"),
