@@ -174,3 +174,15 @@ def check_inferred_width(d: int, path: str, n: int) -> None:
             f"{path}: its largest feature index makes d = {d:,} features for {n:,} records (read off the data, "
             f"a model of {d:,} weights and a record of about {_size(RECORD_BYTES_PER_PARAMETER / 2 * d)}); "
             f"above {INFERRED_FEATURES_LIMIT:,} the feature count must be declared: --features D")
+
+
+def check_dense_copy(shape, what: str) -> None:
+    """Refuse (ParameterError, one line) a dense copy of sparse records that
+    would not fit in :data:`MEMORY_FRACTION` of the memory available now
+    (a loss whose kernels read dense rows, e.g. a network, on svmlight data)."""
+    n, d = int(shape[0]), int(shape[1])
+    need, avail = 8.0 * n * d, available_memory()
+    if need > MEMORY_FRACTION * avail:
+        raise ParameterError(f"{what} reads dense rows: {n:,} records x {d:,} features need {_size(need)}, more "
+                             f"than {MEMORY_FRACTION:.0%} of the {_size(avail)} available; use a linear loss "
+                             f"(sparse kernels) or fewer features")

@@ -413,6 +413,10 @@ def run_pipeline(cfg: RunConfig) -> dict:
     X = prep.transform(X, where=f"data {tr.description}", in_place=True)
     if Xte is not None:
         Xte = prep.transform(Xte, where="test data", in_place=True)
+    if own_model and is_sparse(X):  # its kernels read dense rows: the copy must fit
+        from .limits import check_dense_copy
+
+        check_dense_copy((X.shape[0] + (0 if Xte is None else Xte.shape[0]), X.shape[1]), f"loss {cfg.loss!r}")
     problem = make_problem(loss, X, y, name=tr.description, row_bound=prep.row_bound)
     test_problem = (make_problem(loss, Xte, yte, name=test_desc, row_bound=prep.row_bound)
                     if Xte is not None else None)

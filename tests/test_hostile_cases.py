@@ -217,6 +217,8 @@ def test_work_and_memory_estimates_are_lower_bounds_that_refuse_the_absurd(monke
     monkeypatch.setattr(limits, "available_memory", lambda: 10**4)
     with pytest.raises(ParameterError, match="memory"):
         limits.check_run_size(P, algo, {"steps": 10})
+    with pytest.raises(ParameterError, match="reads dense rows"):
+        limits.check_dense_copy((201, 10**7), "loss 'mlp'")
 
 
 # ----------------------------------------------------------------- sweeps
