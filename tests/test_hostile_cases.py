@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import json
-import math
 import os
 import signal
 import subprocess
@@ -310,7 +309,6 @@ def test_sweep_workers_exit_when_the_sweep_is_killed(tmp_path):
 def test_a_scheduler_that_accepts_and_never_answers_fails_within_seconds(tmp_path):
     import socket
     import threading
-    import time
 
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
