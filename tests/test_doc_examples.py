@@ -28,8 +28,9 @@ pytestmark = pytest.mark.slow
 ROOT = doc_examples.ROOT
 SHARED = ROOT.parent / "shared"
 EXAMPLES = doc_examples.examples()
-#: size-only rewrites of long examples (pattern -> replacement): one seed of a per-seed loop
-SHORTER = {r"for s in 0 1 2 3 4;": "for s in 0;"}
+#: size-only rewrites of long examples and of the files they read (pattern -> replacement): one seed
+#: of a per-seed loop, one replicate per cell of a grid
+SHORTER = {r"for s in 0 1 2 3 4;": "for s in 0;", r"(?m)^replicates = \d+": "replicates = 1"}
 #: placeholders a run of the same document makes real
 SUBSTITUTE = {"<cell>": lambda clone: next((clone / "grid" / "records").glob("*.json")).stem}
 
@@ -62,6 +63,8 @@ def clone(tmp_path_factory):
     assert r.returncode == 0, r.stderr
     for doc in {e.doc for e in EXAMPLES}:
         for name, text in doc_examples.files(doc).items():
+            for pattern, repl in SHORTER.items():
+                text = re.sub(pattern, repl, text)
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             (dest / name).write_text(text)
     return dest
