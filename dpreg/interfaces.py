@@ -60,6 +60,9 @@ class LinearModelLoss:
     name: ClassVar[str] = ""
     #: "binary" (labels in {-1,+1}), "real" (any finite y), "ignored"
     labels: ClassVar[str] = "binary"
+    #: what the loss learns: "binary", "multiclass" or "regression"; None:
+    #: derived from ``labels`` (:func:`dpreg.tasks.loss_task`)
+    task: ClassVar[str | None] = None
     #: feasible set: the ball of this radius (None: all of R^d)
     radius: ClassVar[float | None] = None
     #: whether sign(<x, w>) predicts the label (accuracy is reported)
@@ -162,6 +165,17 @@ def _resolve(func):
         module, _, attr = func.partition(":")
         return getattr(importlib.import_module(module), attr)
     return func
+
+
+def problem_supports(problem, capability: str) -> str | None:
+    """None when ``problem`` provides ``capability`` (an optional method of the
+    problem protocol: ``clipped_hessian_sum``, ``clipped_zo_sum``, ...), else
+    why not, in a few words: the problem's own ``supports(capability)`` when
+    it has one, else whether it has the method."""
+    supports = getattr(problem, "supports", None)
+    if supports is not None:
+        return supports(capability)
+    return None if callable(getattr(problem, capability, None)) else "not provided"
 
 
 # ------------------------------------------------------------------- participation
@@ -450,6 +464,19 @@ class Algorithm(ABC):
     #: (the problem's initial point).  Algorithms that read it set ``honours_init = True`` and
     #: start from :meth:`initial_point`.
     init: np.ndarray | None = None
+    #: white-box audits (:mod:`dpreg.audit`): None, or a callable that
+    #: :meth:`released` shows every noisy release made outside a noise
+    #: mechanism, as ``(label, value)``; it never changes the run
+    release_observer: Callable[[str, np.ndarray], None] | None = None
+
+    @classmethod
+    def requirements(cls, params: dict[str, Any]) -> dict[str, str]:
+        """What a run with these (bound) params needs of its problem beyond the
+        problem protocol's clipped gradient sums: ``{capability: what it is
+        for}``, e.g. ``{"clipped_hessian_sum": "per-record clipped Hessians"}``.
+        The pipeline refuses, in one line and before any release, a problem
+        that does not provide one (:func:`problem_supports`)."""
+        return {}
 
     @classmethod
     def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
@@ -509,6 +536,16 @@ class Algorithm(ABC):
         mechanisms.  Every mechanism draw (noise, sampling, permutation,
         perturbation, selector noise) comes from such a stream."""
         return np.random.SeedSequence([self.seed] + [ord(c) for c in stream])
+
+    def released(self, label: str, value: np.ndarray) -> np.ndarray:
+        """Return ``value`` - a noisy release the algorithm has just charged and
+        computed outside a noise mechanism (a trust-region step's gradient or
+        Hessian) - after showing it to :attr:`release_observer`, if set.  The
+        white-box audit reads such releases; noise mechanisms' releases it
+        reads from the mechanism itself."""
+        if self.release_observer is not None:
+            self.release_observer(label, value)
+        return value
 
     def rng(self, stream: str) -> np.random.Generator:
         """A Generator for a named stream (see :meth:`seed_sequence`)."""

@@ -110,8 +110,12 @@ def default_schedule(problem, alpha: float) -> tuple[float, int, float]:
     declared rho, with Delta bounded by the data-independent f(0; z)."""
     loss = problem.loss
     rho = problem.constants()[2]
-    phi = type(loss).phi
-    delta_f = max(phi(0.0, 1.0), phi(0.0, -1.0)) + loss.psi(np.zeros(problem.d))
+    own = getattr(loss, "origin_bound", None)  # a loss's own bound (softmax: log K; squared, huber: 1/2)
+    if own is not None:
+        delta_f = float(own())
+    else:
+        phi = type(loss).phi
+        delta_f = max(phi(0.0, 1.0), phi(0.0, -1.0)) + loss.psi(np.zeros(problem.d))
     r = math.sqrt(alpha / rho)
     T = max(1, math.ceil(6.0 * math.sqrt(rho) * delta_f / alpha ** 1.5))
     return r, T, math.sqrt(alpha * rho)
@@ -149,6 +153,10 @@ class _TrustRegion(Algorithm):
     uses_noise = False
     data_access = "resample"
     honours_init = True
+
+    @classmethod
+    def requirements(cls, params) -> dict:
+        return {"clipped_hessian_sum": "per-record clipped Hessians (the noisy Hessian of its trust-region step)"}
 
     @classmethod
     def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
@@ -274,13 +282,13 @@ class DPTrustRegion(_TrustRegion):
         pb = self.problem
         charge(self.accountant, gaussian_event(self.zg), Participation.all(), label="dp-tr gradient")
         s, _ = pb.clipped_grad_sum(w, None, self.C)
-        return s / pb.n + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g)
+        return self.released("gradient", s / pb.n + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g))
 
     def _hess(self, w, k):
         pb = self.problem
         charge(self.accountant, gaussian_event(self.zh), Participation.all(), label="dp-tr hessian")
         S, _ = pb.clipped_hessian_sum(w, None, self.CH)
-        return S / pb.n + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+        return self.released("hessian", S / pb.n + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h))
 
     def _records_used(self, k):
         return self.problem.n
@@ -387,7 +395,7 @@ class DPStochasticTrustRegion(_TrustRegion):
         self._charge(self.zg, self.b, part, "dp-str gradient")
         s, _ = pb.clipped_grad_sum(w, idx, self.C) if len(idx) else (np.zeros(pb.d), 0)
         self.used += len(idx)
-        return s / self.b + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g)
+        return self.released("gradient", s / self.b + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g))
 
     def _hess(self, w, k):
         pb = self.problem
@@ -395,7 +403,7 @@ class DPStochasticTrustRegion(_TrustRegion):
         self._charge(self.zh, self.bh, part, "dp-str hessian")
         S = pb.clipped_hessian_sum(w, idx, self.CH)[0] if len(idx) else np.zeros((pb.d, pb.d))
         self.used += len(idx)
-        return S / self.bh + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+        return self.released("hessian", S / self.bh + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h))
 
     def _records_used(self, k):
         return self.used
