@@ -176,8 +176,9 @@ def _check_width(model: dict, prep: Preprocessing, kind: str) -> None:
         raise DpregError(f"model n_features = {stated!r} disagrees with its preprocessing "
                          f"({prep.n_features} features): the record was edited or damaged")
     coef = model.get("coef")
-    if kind == "linear" and coef is not None and len(coef) != prep.n_features:
-        raise DpregError(f"model coef has {len(coef)} values for {prep.n_features} features: the record "
+    width = np.shape(coef)[-1] if kind == "linear" and coef is not None and np.ndim(coef) >= 1 else None
+    if width is not None and width != prep.n_features:  # a vector, or K rows for K classes
+        raise DpregError(f"model coef has {width} values per class for {prep.n_features} features: the record "
                          f"was edited or damaged")
 
 

@@ -4,7 +4,8 @@
 What counts as an example:
 
 * every ``dpreg ...`` command line (a trailing ``\\`` joins the next line; a
-  ``# comment`` after it is dropped) in a fenced or indented code block;
+  ``# comment`` after it is dropped) in a fenced or indented code block, and
+  every ``python -c ...`` line there (it makes a file the next commands read);
 * a fenced block that holds a shell loop around ``dpreg`` (``for ...; do``):
   the whole block, run by bash;
 * every ```` ```python ```` block of README.md, run as a script;
@@ -97,7 +98,9 @@ def blocks(path: Path) -> list[Block]:
 
 
 def _commands(block: Block):
-    """(line, command) of every ``dpreg`` command of a block (continuations joined)."""
+    """(line, command) of every ``dpreg`` command of a block, and of every
+    ``python -c`` one (the files an example reads, made as a reader would),
+    continuations joined."""
     i = 0
     while i < len(block.lines):
         raw = block.lines[i]
@@ -105,14 +108,14 @@ def _commands(block: Block):
         if s.startswith("$ "):
             s = s[2:]
         start = i
-        if s.startswith("dpreg ") or s == "dpreg":
+        if s.startswith(("dpreg ", "python -c ")) or s == "dpreg":
             parts = [s]
             while parts[-1].split("  #")[0].rstrip().endswith("\\") and i + 1 < len(block.lines):
                 parts[-1] = parts[-1].split("  #")[0].rstrip()[:-1]
                 i += 1
                 parts.append(block.lines[i].strip())
             cmd = " ".join(p.strip() for p in parts)
-            cmd = re.sub(r"\s+#.*$", "", cmd).strip()  # a trailing comment
+            cmd = re.sub(r"\s+#[^\"']*$", "", cmd).strip()  # a trailing comment
             yield block.line + start, cmd
         i += 1
 
@@ -145,7 +148,8 @@ def examples() -> list[Example]:
                 out.append(Example(b.doc, b.line, "shell", text, _placeholder(text)))
                 continue
             for line, cmd in _commands(b):
-                out.append(Example(b.doc, line, "dpreg", cmd, _placeholder(cmd)))
+                kind = "dpreg" if cmd.startswith("dpreg") else "shell"
+                out.append(Example(b.doc, line, kind, cmd, _placeholder(cmd)))
     return out
 
 
