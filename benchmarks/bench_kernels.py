@@ -265,43 +265,30 @@ def test_exp_block(benchmark, impl):
 
 
 # ------------------------- per-call cost of the kernels' first-class function arguments
-@pytest.mark.parametrize("args", ["function-ref", "numba-unbox"])
+@pytest.mark.parametrize("args", ["function-ref", "numba-dispatch"])
 def test_function_ref_dispatch(benchmark, registry, args):
     """One O2 kernel call from Python on a 4-row batch (the call, not the rows):
-    the loss's functions passed as :class:`dpreg_kernels.function_ref.FunctionRef`
-    (their stored address, one attribute read) against the same compiled kernel
-    given the same addresses through numba's own first-class-function unboxing
-    (an import, unpickled signatures, two Python calls per argument on every
-    call: how the kernels took them before the twelfth session).  The extra info
-    holds both per-call times in microseconds, measured in this run, and their
-    ratio."""
+    the compiled entry point given the loss's functions as
+    :class:`dpreg_kernels.function_ref.FunctionRef` (unboxed in one pointer
+    read; how :class:`dpreg.problem.Problem` calls the kernels) against numba's
+    ordinary dispatch given the loss's compiled functions themselves (argument
+    typing on every call; the functions are turned into references once,
+    ``dpreg_kernels.function_ref.as_ref``).
+    The extra info holds both per-call times in microseconds, measured in this
+    run, and their ratio."""
     import time
 
     import dpreg_kernels.linear_model as K
-    from dpreg_kernels.function_ref import ADDRESS_ATTR, FunctionRef
-
-    class NumbaUnboxed(FunctionRef):
-        """The same reference without the stored-address attribute: the kernels'
-        unboxer falls back to numba's own, which asks ``__wrapper_address__``."""
-
-        def __init__(self, ref):
-            self.__dict__.update(ref.__dict__)
-            self._address = self.__dict__.pop(ADDRESS_ATTR)
-
-        def __wrapper_address__(self):
-            return self._address
 
     case = Case.get("ijcnn1", registry, "logistic")
     idx = np.arange(4, dtype=np.int64)
-    kern = K.clipped_sum.pick(False)
+    head = (case.X, case.y, case.nx, idx, False, case.w, case.wp, True, case.r, case.rp)
+    fast = K.clipped_sum.pick(False)
+    typed = K.clipped_sum.typed(False)
     refs = (K.scalar_ref(case.dphi), K.block_ref(case.blk))
-    generic = tuple(NumbaUnboxed(r) for r in refs)
-
-    def call(fns):
-        return lambda: kern(case.X, case.y, case.nx, idx, False, case.w, case.wp, True, case.r, case.rp, *fns, 0.1)
-
-    fns = {"function-ref": call(refs), "numba-unbox": call(generic)}
-    np.testing.assert_array_equal(fns["function-ref"]()[0], fns["numba-unbox"]()[0])
+    fns = {"function-ref": lambda: fast(*head, *refs, 0.1),
+           "numba-dispatch": lambda: typed(*head, case.dphi, case.blk, 0.1)}
+    np.testing.assert_array_equal(fns["function-ref"]()[0], fns["numba-dispatch"]()[0])
     per = {}
     for k, f in fns.items():
         best = np.inf
@@ -311,7 +298,7 @@ def test_function_ref_dispatch(benchmark, registry, args):
                 f()
             best = min(best, (time.perf_counter() - t) / 2000 * 1e6)
         per[k.replace("-", "_") + "_us"] = best
-    per["ratio"] = per["numba_unbox_us"] / per["function_ref_us"]
+    per["ratio"] = per["numba_dispatch_us"] / per["function_ref_us"]
     benchmark.group = "function-ref-dispatch"
     benchmark.extra_info.update({"kind": "dispatch", "args": args, **per})
     benchmark(fns[args])

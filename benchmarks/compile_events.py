@@ -3,8 +3,6 @@
 included in their caller's time and printed indented below it).
 
     rm -rf /tmp/nc && NUMBA_CACHE_DIR=/tmp/nc /usr/bin/time python benchmarks/compile_events.py run --seed 0
-    FAKE_IDLE=1 ...   the kernels' load check sees an idle machine (dpreg_kernels.config._busy -> 0):
-                      the variants an idle machine would pick, measured on a busy one
 """
 import os
 import sys
@@ -30,10 +28,6 @@ class Recorder(ev.Listener):
 
 
 if __name__ == "__main__":
-    if os.environ.get("FAKE_IDLE"):
-        import dpreg_kernels.config
-
-        dpreg_kernels.config._busy = lambda: 0.0
     rec = Recorder()
     ev.register("numba:compile", rec)
     t0 = time.process_time()

@@ -1,5 +1,5 @@
 """Where the first run's biggest compile goes: the serial clipped-sum kernel
-(``Problem``'s O1/O2 kernel, 3-4 s of the default run's 4-5 s of CPU,
+(``Problem``'s O1/O2 kernel, most of the default run's compile,
 ``compile_events.py``) and the helpers it calls, per numba pass (type
 inference, which includes compiling the callees; lowering, which includes
 LLVM) and per LLVM stage of each function's library (function passes, the
@@ -15,12 +15,10 @@ module passes on the library's final module with its callees linked in, and
 Run it on an empty cache (numba records nothing for code it loads) and with
 ``NUMBA_LLVM_PASS_TIMINGS=1`` (else the LLVM columns are empty).  Seconds are
 numba's own records (wall time of each pass, in one thread).  A helper called
-only from kernels (``jit_inline``: no Python entry point) has no module passes
-and no machine code of its own (``dpreg_kernels.config.helper_library_class``):
-each caller links the helper's IR and optimises and compiles it in its own
-module.  Before the sixteenth session numba's own library did both for every
-helper as well, for nothing (0.74 s and 0.43 s of a 3.4 s compile); the last
-line sums what the helpers' own libraries still spend on the two.
+only from kernels (``jit_inline``: no Python or C entry point) is optimised and
+compiled to machine code in its own library by numba, and its IR is linked into
+each caller and optimised there again; the last line sums what the helpers' own
+libraries spend on module passes and machine code.
 """
 from __future__ import annotations
 

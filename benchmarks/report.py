@@ -126,6 +126,26 @@ def render(data, benches) -> tuple[str, list]:
             targets.append((f"generic within 10% of specialised: {ln} at {size}", r, r is not None and r <= 1.10))
         out.append("")
 
+    # ---- networks (bench_networks.py)
+    net = defaultdict(dict)
+    descs = {}
+    for b in benches:
+        e = b.get("extra_info", {})
+        if e.get("kind") == "network":
+            net[(e["shape"], e["hidden"], e["threads"])][e["impl"]] = _med(b)
+            descs[(e["shape"], e["hidden"])] = e["desc"]
+    if net:
+        out.append("### Networks: the clipped gradient sum of one dp-sgd step against plain numpy\n")
+        out.append("| network | threads | dpreg ms | numpy per-example ms | numpy ghost ms | per-example / dpreg | "
+                   "ghost / dpreg |")
+        out.append("|---|---|---|---|---|---|---|")
+        for (shape, hidden, threads), v in sorted(net.items()):
+            out.append(f"| {descs[(shape, hidden)]} | {threads} | {fmt_ms(v.get('dpreg'))} | "
+                       f"{fmt_ms(v.get('numpy-per-example'))} | {fmt_ms(v.get('numpy-ghost'))} | "
+                       f"{fmt_x(_ratio(v.get('numpy-per-example'), v.get('dpreg')))} | "
+                       f"{fmt_x(_ratio(v.get('numpy-ghost'), v.get('dpreg')))} |")
+        out.append("")
+
     # ---- other frameworks
     other = [b for b in benches if b["extra_info"].get("impl") in ("torch", "jax")]
     if other:

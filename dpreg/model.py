@@ -145,14 +145,16 @@ class Model:
 
     @property
     def has_proba(self) -> bool:
-        """Whether the model defines class probabilities: softmax models and
-        the logistic losses' binary models."""
-        return self.task == "multiclass" or (self.task == "binary" and self.loss.startswith("logistic"))
+        """Whether the model defines class probabilities: softmax models, the
+        logistic losses' binary models and binary networks (their logistic head)."""
+        return self.task == "multiclass" or (self.task == "binary" and (self.loss.startswith("logistic")
+                                                                        or self.loss == "mlp"))
 
     def predict_proba(self, X) -> np.ndarray:
         """(n, K) class probabilities in the order of :attr:`classes`: the
         softmax of the logits (K classes), [P(negative), P(positive)] with the
-        sigmoid of the margin (logistic losses); DpregError otherwise."""
+        sigmoid of the margin (logistic losses, a binary network's output);
+        DpregError otherwise."""
         if not self.has_proba:
             raise DpregError(f"loss {self.loss!r} defines no class probabilities (logistic and softmax losses do)")
         m = self.decision_function(X)

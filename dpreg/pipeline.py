@@ -128,15 +128,22 @@ class RunConfig:
 
 
 def _parse_name_options(spec: str) -> tuple[str, dict]:
-    """``"name:key=value,..."`` -> (name, {key: value string}) (data sets, losses, selectors)."""
+    """``"name:key=value,..."`` -> (name, {key: value string}) (data sets, losses, selectors).
+    A part without ``=`` continues the value before it: ``mlp:hidden=64,32,activation=tanh``
+    gives ``{"hidden": "64,32", "activation": "tanh"}``."""
     name, _, opts = spec.partition(":")
     kw = {}
     if opts:
+        last = None
         for part in opts.split(","):
             k, eq, v = part.partition("=")
+            if not eq and last is not None and part.strip():
+                kw[last] += "," + part.strip()
+                continue
             if not eq or not k.strip():
                 raise ParameterError(f"options must look like name:key=value,...; got {spec!r}")
-            kw[k.strip()] = v.strip()
+            last = k.strip()
+            kw[last] = v.strip()
     return name, kw
 
 
@@ -822,7 +829,16 @@ def _optimum_key(problem, max_iter: int) -> bytes:
     psi = getattr(loss, "psi_params", None)
     if psi is not None:
         h.update(np.ascontiguousarray(psi(), dtype=np.float64).tobytes())
+    h.update(_reference_start(problem).tobytes())
     return h.digest()
+
+
+def _reference_start(problem) -> np.ndarray:
+    """Where the non-private reference starts: the problem's
+    ``reference_start()`` when it has one (a network: a fixed public draw of
+    its initial point, away from the symmetric saddle at 0), else 0."""
+    start = getattr(problem, "reference_start", None)
+    return np.zeros(problem.d) if start is None else np.ascontiguousarray(start(), dtype=np.float64)
 
 
 #: bumped when the solver or the on-disk layout of the optima changes (old files are then ignored)
@@ -856,8 +872,9 @@ def _write_optimum(file, w) -> None:
 
 
 def nonprivate_optimum(problem, max_iter: int = 200, *, public: bool = False):
-    """A non-private minimiser of the empirical loss (L-BFGS from 0, capped
-    iterations): a reference for how much of the gap a private model closed.
+    """A non-private minimiser of the empirical loss (L-BFGS from 0 or the
+    problem's ``reference_start()``, capped iterations): a reference for how
+    much of the gap a private model closed.
     None when the problem is too large for a cheap reference.  Solved once for
     the same data and loss: kept in this process (:data:`_OPTIMA`) and on disk
     in the user data cache (:func:`_optimum_file`) when the data are public
@@ -892,7 +909,7 @@ def _solve_optimum(problem, max_iter: int):
 
     radius = problem.loss.radius
     with np.errstate(all="ignore"):
-        res = minimize(problem.value, np.zeros(problem.d), jac=problem.gradient, method="L-BFGS-B",
+        res = minimize(problem.value, _reference_start(problem), jac=problem.gradient, method="L-BFGS-B",
                        options={"maxiter": max_iter})
     w = res.x
     if radius is not None:

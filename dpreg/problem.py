@@ -39,8 +39,9 @@ _WANT_PARALLEL: list = []
 
 
 def _want_parallel(work: int) -> bool:
-    """:func:`dpreg_kernels.config.want_parallel` (imported on first use: dpreg
-    imports the kernels lazily)."""
+    """Whether a kernel call of ``work`` elements wants the parallel variant: the
+    work threshold and the thread count of :func:`dpreg_kernels.config.want_parallel`
+    (imported on first use: dpreg imports the kernels lazily)."""
     if not _WANT_PARALLEL:
         from dpreg_kernels.config import want_parallel
 
@@ -142,14 +143,14 @@ class Problem:
 
     @cached_property
     def _refs(self):
-        """The loss's scalar functions as stored-address references (no
-        per-call address look-up in the kernels)."""
+        """The loss's scalar functions as references the kernels take
+        (:class:`dpreg_kernels.function_ref.FunctionRef`: unboxed in one pointer read)."""
         return tuple(self._k.scalar_ref(f) for f in self._scalars)
 
     @cached_property
     def _dphi_block(self):
         """The loss's block function of dphi (its own or the row-by-row
-        default) as a stored-address reference."""
+        default) as a reference the kernels take."""
         return self._k.block_ref(self.loss.block_kernels()[0])
 
     def _fast(self, kernel, work: float):
@@ -264,7 +265,7 @@ class Problem:
     def _psi_ref(self):
         from dpreg_kernels.sgd import PSI_SIG
 
-        return self._k.FunctionRef(self.loss.psi_kernel(), PSI_SIG)
+        return self._k.as_ref(self.loss.psi_kernel(), PSI_SIG)
 
     @cached_property
     def _psi_params(self) -> np.ndarray:

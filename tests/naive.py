@@ -210,6 +210,144 @@ def mlp_hessian(h, activation, X, y, w):
     return sum(mlp_record_hessian(h, activation, X[i], y[i], w) for i in range(X.shape[0])) / X.shape[0]
 
 
+# ------------------------------------------------ networks of any depth (mlp)
+# sizes = [p, n_0, ..., n_out]; w = [W_0 | b_0 | W_1 | b_1 | ...] (each W row-major);
+# hidden layers a = act(W a_prev + b), a linear output layer o, a head l(o, y).
+def net_act(z, activation):
+    """(act, act', act'') elementwise, for every activation of the mlp loss."""
+    if activation == "tanh":
+        return _mlp_act(z, "tanh")
+    s = np.exp(-np.logaddexp(0.0, -z))  # the sigmoid, without overflow or cancellation
+    q = s * (1.0 - s)
+    if activation == "softplus":
+        return np.logaddexp(0.0, z), s, q
+    if activation == "sigmoid":
+        return s, q, q * (1.0 - 2.0 * s)
+    assert activation == "silu"
+    return z * s, s * (1.0 + z * (1.0 - s)), q * (2.0 + z * (1.0 - 2.0 * s))
+
+
+def net_n_params(sizes):
+    return sum(sizes[m + 1] * (sizes[m] + 1) for m in range(len(sizes) - 1))
+
+
+def net_unpack(sizes, w):
+    """[(W_m, b_m)] views of the flat vector."""
+    out, o = [], 0
+    for m in range(len(sizes) - 1):
+        nin, nout = sizes[m], sizes[m + 1]
+        out.append((w[o:o + nout * nin].reshape(nout, nin), w[o + nout * nin:o + nout * (nin + 1)]))
+        o += nout * (nin + 1)
+    assert o == len(w)
+    return out
+
+
+def _net_forward(sizes, activation, X, w, V=None):
+    """Inputs of every layer (ins[0] = X), pre-activations Z, act' and act'' of
+    the hidden layers, and (with V) the tangents along V of the inputs and Zs."""
+    layers = net_unpack(sizes, w)
+    dlayers = net_unpack(sizes, V) if V is not None else None
+    ins, dins, Zs, dZs, S1, S2 = [X], [np.zeros_like(X)], [], [], [], []
+    for m, (W, b) in enumerate(layers):
+        Z = ins[-1] @ W.T + b
+        dZ = None
+        if V is not None:
+            dW, db = dlayers[m]
+            dZ = ins[-1] @ dW.T + dins[-1] @ W.T + db
+        Zs.append(Z)
+        dZs.append(dZ)
+        if m < len(layers) - 1:
+            A, s1, s2 = net_act(Z, activation)
+            S1.append(s1)
+            S2.append(s2)
+            ins.append(A)
+            dins.append(s1 * dZ if V is not None else None)
+    return layers, dlayers, ins, dins, Zs, dZs, S1, S2
+
+
+def net_outputs(sizes, activation, X, w):
+    """(n, n_out) network outputs."""
+    return _net_forward(sizes, activation, X, w)[4][-1]
+
+
+def net_head(head, O, y, delta=1.0):
+    """Per-record (loss, dl/do (n x K), d2l/do2 (n x K x K)) of the head."""
+    n, K = O.shape
+    if head == "logistic":
+        o = O[:, 0]
+        sg = 1.0 / (1.0 + np.exp(y * o))
+        return np.logaddexp(0.0, -y * o), (-y * sg)[:, None], (sg * (1.0 - sg))[:, None, None]
+    if head == "softmax":
+        Y = (np.arange(K)[None, :] == y[:, None]).astype(float)
+        m = O.max(axis=1, keepdims=True)
+        E = np.exp(O - m)
+        Pr = E / E.sum(axis=1, keepdims=True)
+        val = np.log(E.sum(axis=1)) + m[:, 0] - (O * Y).sum(axis=1)
+        Hs = np.einsum("nk,kj->nkj", Pr, np.eye(K)) - Pr[:, :, None] * Pr[:, None, :]
+        return val, Pr - Y, Hs
+    r = O[:, 0] - y
+    if head == "squared":
+        return 0.5 * r * r, r[:, None], np.ones((n, 1, 1))
+    assert head == "huber"
+    inside = np.abs(r) <= delta
+    val = np.where(inside, 0.5 * r * r, delta * (np.abs(r) - 0.5 * delta))
+    return val, np.clip(r, -delta, delta)[:, None], inside.astype(float)[:, None, None]
+
+
+def net_value(sizes, activation, head, X, y, w, delta=1.0):
+    """Mean per-record loss."""
+    return float(np.mean(net_head(head, net_outputs(sizes, activation, X, w), y, delta)[0]))
+
+
+def net_per_record_gradients(sizes, activation, head, X, y, w, delta=1.0):
+    """(n x D) matrix of per-record gradients, built explicitly by backpropagation."""
+    layers, _, ins, _, Zs, _, S1, _ = _net_forward(sizes, activation, X, w)
+    dl = net_head(head, Zs[-1], y, delta)[1]
+    blocks = []
+    for m in range(len(layers) - 1, -1, -1):
+        W, _ = layers[m]
+        blocks.append(np.hstack([(dl[:, :, None] * ins[m][:, None, :]).reshape(len(X), -1), dl]))
+        if m > 0:
+            dl = (dl @ W) * S1[m - 1]
+    return np.hstack(blocks[::-1])
+
+
+def net_clipped_grad_sum(sizes, activation, head, X, y, idx, w, clip, delta=1.0):
+    C, k = clip_rows(net_per_record_gradients(sizes, activation, head, X[idx], y[idx], w, delta), clip)
+    return C.sum(axis=0), k
+
+
+def net_clipped_diff_sum(sizes, activation, head, X, y, idx, w, wp, clip, delta=1.0):
+    D = (net_per_record_gradients(sizes, activation, head, X[idx], y[idx], w, delta)
+         - net_per_record_gradients(sizes, activation, head, X[idx], y[idx], wp, delta))
+    C, k = clip_rows(D, clip)
+    return C.sum(axis=0), k
+
+
+def net_hvp(sizes, activation, head, X, y, w, V, delta=1.0):
+    """Mean over records of the exact Hessian-vector product, by
+    forward-over-reverse in numpy over the whole batch at once."""
+    layers, dlayers, ins, dins, Zs, dZs, S1, S2 = _net_forward(sizes, activation, X, w, V)
+    _, dl, Hs = net_head(head, Zs[-1], y, delta)
+    ddl = np.einsum("nkj,nj->nk", Hs, dZs[-1])
+    blocks = []
+    for m in range(len(layers) - 1, -1, -1):
+        W, _ = layers[m]
+        dW, _ = dlayers[m]
+        blocks.append(np.concatenate([(ddl.T @ ins[m] + dl.T @ dins[m]).ravel(), ddl.sum(axis=0)]))
+        if m > 0:
+            t = dl @ W
+            dt = dl @ dW + ddl @ W
+            dl, ddl = S1[m - 1] * t, S2[m - 1] * dZs[m - 1] * t + S1[m - 1] * dt
+    return np.concatenate(blocks[::-1]) / len(X)
+
+
+def net_hessian(sizes, activation, head, X, y, w, delta=1.0):
+    """Dense mean Hessian from D exact Hessian-vector products."""
+    eye = np.eye(len(w))
+    return np.stack([net_hvp(sizes, activation, head, X, y, w, eye[j], delta) for j in range(len(w))], axis=1)
+
+
 def zo_sum(loss, X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip=np.inf, sym=False):
     """Reference of dpreg_kernels.zeroth_order.zo_sum: sum over records t of
     Clip_rec_clip(sum_j clip(c_tj) u_tj), c_tj = scale (phi(<x,wa> + h p) -

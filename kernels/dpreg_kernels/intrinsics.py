@@ -1,4 +1,6 @@
-"""Low-level helpers numba does not expose.
+"""Low-level helpers numba does not expose, written with numba's public
+extension API (:func:`numba.extending.intrinsic`, code generated with
+llvmlite's IR builder).
 
 :func:`prefetch` emits LLVM's ``llvm.prefetch`` (x86 ``prefetcht0``) for the
 cache line holding element ``j`` of a 1-D array.  The gather kernels use it to
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 from numba import types
-from numba.core.extending import intrinsic
+from numba.extending import intrinsic
 
 
 @intrinsic

@@ -51,14 +51,17 @@ from numba import prange, types
 
 from . import config
 from .config import BLOCK, MAX_CHUNKS, MIN_CHUNK_ROWS, jit_inline, jit_parallel, jit_serial
-from .function_ref import FunctionRef, RefFunctionType  # noqa: F401 (FunctionRef: the kernels' function arguments)
+from .function_ref import FunctionRef, RefFunctionType, FunctionRefType, as_ref  # noqa: F401 (FunctionRef: re-exported)
 from .intrinsics import prefetch
 
 f8 = types.float64
 i8 = types.int64
 SCALAR_SIG = f8(f8, f8)
-#: numba type of a loss's scalar function argument (a :class:`FunctionRef`:
-#: unboxed in one attribute read, :mod:`dpreg_kernels.function_ref`)
+#: a loss's scalar function as a first-class function (what a block function gets)
+ScalarFunction = types.FunctionType(SCALAR_SIG)
+#: numba type of a kernel's argument for a loss's scalar function: a
+#: :class:`~dpreg_kernels.function_ref.FunctionRef` (unboxed in one pointer read;
+#: :func:`scalar_ref`), whose ``fn`` the kernel calls
 ScalarFn = RefFunctionType(SCALAR_SIG)
 Mat = types.Array(f8, 2, "C")
 Vec = types.Array(f8, 1, "C")
@@ -66,8 +69,11 @@ Idx = types.Array(i8, 1, "C")
 #: a loss's block function ``f(m, y, out, work, bits, scalar)``: ``out[i] =
 #: scalar(m[i], y[i])`` for i over ``m.shape[0]``, with a float and an int64
 #: scratch at least as long (``work``, ``bits``); ``scalar`` is the loss's
-#: scalar function, which a vectorised block function does not need to call
-BLOCK_SIG = types.none(Vec, Vec, Vec, Vec, Idx, ScalarFn)
+#: scalar function (a first-class function), which a vectorised block function
+#: does not need to call
+BLOCK_SIG = types.none(Vec, Vec, Vec, Vec, Idx, ScalarFunction)
+#: numba type of a kernel's argument for a loss's block function (a
+#: :class:`~dpreg_kernels.function_ref.FunctionRef`; :func:`block_ref`)
 BlockFn = RefFunctionType(BLOCK_SIG)
 
 
@@ -402,7 +408,7 @@ def _chunk(X, y, nx, idx, full, w, wp, two, r, rr, has_r, dphi, blk, clip, clip2
     return cs, k
 
 
-def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
+def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi_ref, blk_ref, clip):
     """The clipped per-record sums of the algorithms' two oracles, O1 and O2:
 
     * ``two`` False (O1): the sum over the batch of ``min(1, clip/|g_i|) g_i``
@@ -418,7 +424,8 @@ def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
     rows ``idx`` (repeats allowed).  ``nx[i] = |x_i|^2`` for every row of ``X``
     (:func:`row_sqnorms`).  ``blk`` is the loss's block function for ``dphi``
     (``blk(m, y, out, work, bits, dphi)`` sets ``out[i] = dphi(m[i], y[i])``;
-    :func:`scalar_block_fn` for a loss without one).  Returns ``(sum,
+    :func:`scalar_block_fn` for a loss without one); both come as references
+    (:func:`scalar_ref`, :func:`block_ref`).  Returns ``(sum,
     n_clipped)``.  Each term has norm at most ``clip`` whatever the data (a
     non-finite norm drops the term and counts as clipped): this is where the
     O1 and O2 sensitivities are enforced.
@@ -430,6 +437,8 @@ def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
     both oracles, so it compiles once (the O1/O2 branch is per stage; the
     Python names :data:`grad_sum` and :data:`diff_sum` call it).
     """
+    dphi = dphi_ref.fn
+    blk = blk_ref.fn
     n = X.shape[0]
     d = X.shape[1]
     b = n if full else idx.shape[0]
@@ -447,10 +456,9 @@ def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
     # per chunk (a stride of d + 2): the partial sum, then its sum of clip factors (multiplies r)
     # and its clip count (a float: exact below 2^53).  One-dimensional allocations and
     # explicit zeroing: every allocation shape, dtype or np.zeros compiles one more numba
-    # overload on the first run (0.03-0.26 s of CPU each, docs/benchmarks.md).  The CSR kernel
+    # overload on the first run (0.03-0.26 s of CPU each).  The CSR kernel
     # (sparse._csr_clipped_sum) lays out and cuts its memory the same way, written out there
-    # too: shared numba helpers for both (tried in the tenth session, compile_events.py) added
-    # 0.4-0.6 s to the first run's compile
+    # too: shared numba helpers for both added 0.4-0.6 s to the first run's compile
     pw = d + 2
     part = np.empty(nc * pw)
     for i in range(nc * pw):
@@ -517,8 +525,9 @@ def _row_sqnorms(X):
     return out
 
 
-def _phi_sum(X, y, idx, w, phi):
+def _phi_sum(X, y, idx, w, phi_ref):
     """Sum over rows of ``phi(<x_i, w>, y_i)`` (the data part of the loss)."""
+    phi = phi_ref.fn
     b = idx.shape[0]
     d = X.shape[1]
     nc = n_chunks(b)
@@ -544,9 +553,10 @@ def _phi_sum(X, y, idx, w, phi):
     return tot
 
 
-def _hvp_sum(X, y, idx, w, v, d2phi):
+def _hvp_sum(X, y, idx, w, v, d2phi_ref):
     """Sum over rows of ``d2phi(<x_i,w>, y_i) <x_i, v> x_i`` (data part of the
     Hessian-vector product)."""
+    d2phi = d2phi_ref.fn
     b = idx.shape[0]
     d = X.shape[1]
     nc = n_chunks(b)
@@ -574,10 +584,11 @@ def _hvp_sum(X, y, idx, w, v, d2phi):
     return out
 
 
-def _clipped_hessian_sum(X, y, idx, w, d2phi, clip):
+def _clipped_hessian_sum(X, y, idx, w, d2phi_ref, clip):
     """``sum_{i in idx} s_i h_i x_i x_i^T`` with ``h_i = d2phi(<x_i,w>, y_i)`` and
     ``s_i = min(1, clip / (|h_i| |x_i|^2))``: every term has operator norm at
     most ``clip``.  Returns ``(dense symmetric d x d sum, n_clipped)``."""
+    d2phi = d2phi_ref.fn
     b = idx.shape[0]
     d = X.shape[1]
     nc = n_chunks(b)
@@ -652,14 +663,15 @@ class Kernel:
     on a small data set never compiles a parallel kernel: the first-run
     compile time).
 
-    Calling the object runs the parallel variant (numba's ordinary dispatch).
-    :meth:`fast` returns the variant's compiled entry point, which skips
-    numba's per-call argument typing (about 30 us per call with a
-    first-class-function argument, more than the work of a 256-row batch):
-    its caller must pass exactly the declared types - C-contiguous float64
-    arrays, int64 row numbers, a Python bool, a Python float and a
-    :func:`scalar_ref` / :func:`block_ref` for the loss's functions - as :class:`dpreg.problem.Problem`
-    does.
+    Calling the object runs the parallel variant (numba's ordinary dispatch;
+    a loss's function may be passed as a compiled function or as a
+    reference, :func:`~dpreg_kernels.function_ref.as_ref`).  :meth:`fast`
+    returns the variant's compiled entry point, which skips numba's per-call
+    argument typing (about 30 us per call, more than the work of a 256-row
+    batch): its caller must pass exactly the declared types - C-contiguous
+    float64 arrays, int64 row numbers, a Python bool, a Python float and a
+    :func:`scalar_ref` / :func:`block_ref` for the loss's functions - as
+    :class:`dpreg.problem.Problem` does.
 
     ``prepare`` (optional) is called once, before the first variant is made: a kernel
     that calls another kernel's compiled variant binds it there (:mod:`dpreg_kernels.sgd`)."""
@@ -667,9 +679,11 @@ class Kernel:
     def __init__(self, signature, func, prepare=None):
         self.signature, self.py_func = signature, func
         self._prepare = prepare    # called once before a variant is first made (binds what it calls)
+        self.name = f"{func.__module__}.{func.__qualname__}"
         self._disp = {}
         self._fast = {}
-        self._par_cached = None    # parallel variant in numba's on-disk cache (probed once)
+        self._refs = tuple(a.field_dict["fn"].signature if isinstance(a, FunctionRefType) else None
+                           for a in signature.args)
         self.serial_large_s = 0.0  # CPU seconds of serial calls made where parallel was wanted
 
     def variant(self, parallel: bool):
@@ -681,6 +695,8 @@ class Kernel:
                 self._prepare = None
             d = (jit_parallel if parallel else jit_serial)(self.signature)(self.py_func)
             self._disp[parallel] = d
+            if parallel:
+                config.mark_parallel_cached(self.name)
         return d
 
     @property
@@ -705,14 +721,12 @@ class Kernel:
 
     def parallel_ready(self) -> bool:
         """Whether the parallel variant is cheap to have: compiled in this
-        process, in numba's on-disk cache (probed once), or its serial calls
-        made in its place (``serial_large_s``) have taken
+        process, in numba's on-disk cache (:func:`config.parallel_variant_cached`),
+        or its serial calls made in its place (``serial_large_s``) have taken
         :data:`config.PARALLEL_AMORTIZE_S` CPU seconds - the rule of :meth:`pick`."""
         if True in self._disp:
             return True
-        if self._par_cached is None:
-            self._par_cached = config.parallel_variant_cached(self.py_func, self.signature)
-        return bool(self._par_cached) or self.serial_large_s >= config.PARALLEL_AMORTIZE_S
+        return config.parallel_variant_cached(self.name) or self.serial_large_s >= config.PARALLEL_AMORTIZE_S
 
     def pick(self, want_parallel: bool):
         """The entry point (as :meth:`fast`) for a call whose work does
@@ -738,8 +752,18 @@ class Kernel:
         self.serial_large_s += time.thread_time() - t0
         return out
 
+    def with_refs(self, args):
+        """``args`` with each compiled function passed for a loss's function (a
+        :class:`FunctionRef` argument) replaced by a reference to it (:func:`as_ref`)."""
+        return tuple(a if sig is None else as_ref(a, sig) for a, sig in zip(args, self._refs)) + args[len(self._refs):]
+
+    def typed(self, parallel: bool):
+        """One variant through numba's ordinary dispatch, loss functions passed as
+        compiled functions or references (:meth:`with_refs`)."""
+        return lambda *args: self.variant(parallel)(*self.with_refs(args))
+
     def __call__(self, *args):
-        return self.variant(True)(*args)
+        return self.variant(True)(*self.with_refs(args))
 
     def __getattr__(self, name):  # stats, signatures, ... of the parallel variant
         if name.startswith("_"):
@@ -749,8 +773,9 @@ class Kernel:
 
 def entry_point(disp):
     """The compiled entry point of a dispatcher compiled for one signature
-    (calling it skips numba's per-call argument typing: see :class:`Kernel`);
-    the dispatcher itself if numba's internals do not expose it."""
+    (calling it skips numba's per-call argument typing: see :class:`Kernel`):
+    its one compile result's ``entry_point``; the dispatcher itself if numba
+    does not give one."""
     try:
         (cres,) = disp.overloads.values()
         return cres.entry_point
@@ -759,13 +784,13 @@ def entry_point(disp):
 
 
 def scalar_ref(dispatcher):
-    """:class:`FunctionRef` of a loss's compiled scalar function."""
-    return FunctionRef(dispatcher, SCALAR_SIG)
+    """:class:`FunctionRef` of a loss's compiled scalar function (:data:`ScalarFn`)."""
+    return as_ref(dispatcher, SCALAR_SIG)
 
 
 def block_ref(dispatcher):
-    """:class:`FunctionRef` of a loss's compiled block function (:data:`BLOCK_SIG`)."""
-    return FunctionRef(dispatcher, BLOCK_SIG)
+    """:class:`FunctionRef` of a loss's compiled block function (:data:`BLOCK_SIG`, :data:`BlockFn`)."""
+    return as_ref(dispatcher, BLOCK_SIG)
 
 
 class OracleSum:
@@ -803,11 +828,11 @@ class OracleSum:
 
     @property
     def serial(self):
-        return self._wrap(self.kernel.serial)
+        return self._wrap(self.kernel.typed(False))
 
     @property
     def parallel(self):
-        return self._wrap(self.kernel.parallel)
+        return self._wrap(self.kernel.typed(True))
 
     def __getattr__(self, name):
         if name.startswith("_"):

@@ -23,7 +23,7 @@ from numba import prange, types
 
 from .config import jit_parallel
 from . import linear_model as _lm
-from .linear_model import Idx, Mat, ScalarFn, Vec, f8, i8, n_chunks
+from .linear_model import Idx, Mat, ScalarFunction, Vec, f8, i8, n_chunks
 
 
 def _clipped_phi_sums(X, y, idx, W, phi, lo, hi):
@@ -70,7 +70,7 @@ def _clipped_phi_sums(X, y, idx, W, phi, lo, hi):
     return out, nclip
 
 
-_PHI_SUMS_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Mat, ScalarFn, f8, f8)
+_PHI_SUMS_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Mat, ScalarFunction, f8, f8)
 
 clipped_phi_sums = jit_parallel(_PHI_SUMS_SIG)(_clipped_phi_sums)
 #: defined next to the other Hessian code; re-exported for the selectors

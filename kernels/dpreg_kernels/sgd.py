@@ -35,6 +35,8 @@ from .linear_model import BlockFn, Idx, Kernel, Mat, ScalarFn, Vec, f8
 
 #: a loss's compiled psi gradient ``f(w, params, out)``: ``out = grad psi(w)``
 PSI_SIG = types.none(Vec, Vec, Vec)
+#: numba type of a kernel's argument for a loss's psi gradient: a
+#: :class:`~dpreg_kernels.function_ref.FunctionRef` (``FunctionRef(psi, PSI_SIG)``)
 PsiFn = RefFunctionType(PSI_SIG)
 Mat2 = types.Array(f8, 2, "C")
 
@@ -83,7 +85,7 @@ def _sgd_steps(X, y, nx, rows, offsets, w0, noise, sd, step, b, radius, psi, pp,
     w, r, zero = _start(w0)
     o1 = K < 0  # False (O1), as a variable: the kernel is compiled for a bool, not a literal
     for k in range(K):
-        psi(w, pp, r)
+        psi.fn(w, pp, r)
         lo = offsets[k]
         hi = offsets[k + 1]
         if hi > lo:
@@ -101,7 +103,7 @@ def _csr_sgd_steps(data, indices, indptr, y, nx, rows, offsets, w0, noise, sd, s
     w, r, zero = _start(w0)
     o1 = K < 0  # False (O1), as a variable: the kernel is compiled for a bool, not a literal
     for k in range(K):
-        psi(w, pp, r)
+        psi.fn(w, pp, r)
         lo = offsets[k]
         hi = offsets[k + 1]
         if hi > lo:

@@ -165,11 +165,13 @@ def _csr_chunk(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rr, has_r
     return cs, k
 
 
-def _csr_clipped_sum(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):
+def _csr_clipped_sum(data, indices, indptr, y, nx, idx, full, w, wp, two, r, rp, dphi_ref, blk_ref, clip):
     """:func:`dpreg_kernels.linear_model._clipped_sum` on CSR rows: O1 (``two``
     False: terms ``dphi(<x_i,w>, y_i) x_i + r``) or O2 (``two`` True: the
     per-record gradient differences ``(a_i - a'_i) x_i + (r - rp)``), each
     clipped by the module docstring's norm; ``(sum, n_clipped)``."""
+    dphi = dphi_ref.fn
+    blk = blk_ref.fn
     n = indptr.shape[0] - 1
     d = w.shape[0]
     b = n if full else idx.shape[0]
@@ -212,8 +214,9 @@ def _csr_row_sqnorms(data, indptr):
     return out
 
 
-def _csr_phi_sum(data, indices, indptr, y, idx, w, phi):
+def _csr_phi_sum(data, indices, indptr, y, idx, w, phi_ref):
     """Sum over rows ``idx`` of ``phi(<x_i, w>, y_i)``."""
+    phi = phi_ref.fn
     b = idx.shape[0]
     nc = n_chunks(b)
     step = (b + nc - 1) // nc
@@ -233,8 +236,9 @@ def _csr_phi_sum(data, indices, indptr, y, idx, w, phi):
     return tot
 
 
-def _csr_hvp_sum(data, indices, indptr, y, idx, w, v, d2phi):
+def _csr_hvp_sum(data, indices, indptr, y, idx, w, v, d2phi_ref):
     """Sum over rows ``idx`` of ``d2phi(<x_i,w>, y_i) <x_i, v> x_i``."""
+    d2phi = d2phi_ref.fn
     b = idx.shape[0]
     d = w.shape[0]
     nc = n_chunks(b)
@@ -261,9 +265,10 @@ def _csr_hvp_sum(data, indices, indptr, y, idx, w, v, d2phi):
     return out
 
 
-def _csr_clipped_hessian_sum(data, indices, indptr, y, idx, w, d2phi, clip):
+def _csr_clipped_hessian_sum(data, indices, indptr, y, idx, w, d2phi_ref, clip):
     """``sum_{i in idx} s_i h_i x_i x_i^T``, ``s_i = min(1, clip / (|h_i| |x_i|^2))``
     (dense symmetric d x d: small d only); ``(sum, n_clipped)``."""
+    d2phi = d2phi_ref.fn
     b = idx.shape[0]
     d = w.shape[0]
     nc = n_chunks(b)

@@ -102,7 +102,7 @@ def _spider_steps(A, y, nx, rows, offsets, full1, row_work, par_work, w0, wp0, n
         hi = offsets[t + 1]
         if t % q == 0:  # O1: the phase's fresh gradient; the mechanism's running sum restarts
             b = n if full1 else hi - lo
-            psi(w, pp, r)
+            psi.fn(w, pp, r)
             if b > 0:
                 ix = none if full1 else rows[lo:hi]
                 if b * row_work >= par_work:
@@ -131,8 +131,8 @@ def _spider_steps(A, y, nx, rows, offsets, full1, row_work, par_work, w0, wp0, n
                 c = cap
             b = hi - lo
             if c > 0 and b > 0:
-                psi(w, pp, r)
-                psi(wp, pp, rp)
+                psi.fn(w, pp, r)
+                psi.fn(wp, pp, rp)
                 ci = c * keep if c < np.inf else c  # the kernel's clip, as Problem.clipped_diff_sum passes it
                 if b * row_work >= par_work:
                     s, k = _cs_par(*A, y, nx, rows[lo:hi], o1, w, wp, o2, r, rp, dphi, blk, ci)

@@ -40,7 +40,7 @@ import numpy as np
 from numba import prange, types
 
 from .config import MAX_CHUNKS, jit_inline, jit_parallel, jit_serial
-from .linear_model import Idx, Mat, ScalarFn, Vec, f8, i8
+from .linear_model import Idx, Mat, ScalarFunction, Vec, f8, i8
 
 #: (records, directions per record, d) block of unit directions
 Dirs = types.Array(f8, 3, "C")
@@ -145,7 +145,7 @@ def _zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip, sym, phi):
     return out, nclip
 
 
-_ZO_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Vec, Vec, Dirs, f8, f8, f8, f8, f8, types.boolean, ScalarFn)
+_ZO_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Vec, Vec, Dirs, f8, f8, f8, f8, f8, types.boolean, ScalarFunction)
 
 _zo_chunks = jit_inline(_zo_chunks)
 _clip_coef = jit_inline(_clip_coef)
