@@ -295,9 +295,12 @@ def _validate(cfg: RunConfig, reg):
         raise ParameterError(f"target share must be in (0, 1), got {cfg.target_share!r}")
     if cfg.target_bounds is not None and not (isinstance(cfg.target_bounds, str)
                                               and cfg.target_bounds.strip().lower() in ("auto", "none")):
-        from .tasks import parse_target_bounds
+        from .tasks import parse_target_bounds, predicts_target
 
         parse_target_bounds(cfg.target_bounds)
+        if loss is not None and not predicts_target(loss):  # known before any data is read
+            raise ParameterError(f"--target-bounds applies to regression losses (squared, huber); "
+                                 f"loss {loss.name!r} does not predict its target")
     if cfg.scaling == "private" and not (0 < cfg.scaling_share < 1):
         raise ParameterError(f"scaling share must be in (0, 1), got {cfg.scaling_share!r}")
     sel_cls = sel_opts = None

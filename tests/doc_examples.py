@@ -114,10 +114,23 @@ def _commands(block: Block):
                 parts[-1] = parts[-1].split("  #")[0].rstrip()[:-1]
                 i += 1
                 parts.append(block.lines[i].strip())
-            cmd = " ".join(p.strip() for p in parts)
-            cmd = re.sub(r"\s+#[^\"']*$", "", cmd).strip()  # a trailing comment
+            cmd = _without_comment(" ".join(p.strip() for p in parts))
             yield block.line + start, cmd
         i += 1
+
+
+def _without_comment(cmd: str) -> str:
+    """``cmd`` without a trailing shell comment (a ``#`` after white space,
+    outside quotes)."""
+    quote = None
+    for i, ch in enumerate(cmd):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and (i == 0 or cmd[i - 1].isspace()):
+            return cmd[:i].strip()
+    return cmd.strip()
 
 
 def _experiment_recipe(text: str) -> bool:
