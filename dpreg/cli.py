@@ -104,7 +104,8 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dpreg")
-def cli():
+@click.option("-q", "--quiet", is_flag=True, help="print nothing but errors (as each command's own -q)")
+def cli(quiet):
     """Differentially private non-convex optimization.
 
     \b
@@ -148,17 +149,12 @@ def _read_config(ctx, param, path):
     defaults (options given on the command line still win)."""
     if path is None:
         return None
+    from .config_file import read_toml
+
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    try:
-        with open(path, "rb") as fh:
-            conf = tomllib.load(fh)
-    except OSError as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}", ctx=ctx, param=param) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise click.BadParameter(f"{path} is not valid TOML: {exc}", ctx=ctx, param=param) from None
+        conf = read_toml(path)
+    except DpregError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
     conf = {k.replace("-", "_"): v for k, v in conf.items()}
     unknown = sorted(set(conf) - set(CONFIG_KEYS))
     if unknown:
@@ -264,12 +260,14 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
     """
     from .params import practitioner_params
     from .pipeline import DEFAULTS, RunConfig, run_pipeline
-    from .results import free_name, to_json, write_atomic
+    from .results import free_name, to_json, write_atomic, write_new
 
+    quiet = quiet or _quiet_everywhere()
     if out is not None and out.strip().lower() in ("none", ""):
         out = None
+    requested = out
     if out is not None and not force:
-        out = free_name(out)
+        out = free_name(out)  # checked writable before the run; the record takes the first free name at the end
     params = list(params)
     if scheduler is not None and backend is None:
         backend = "dask"
@@ -304,7 +302,7 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
     if as_json:
         click.echo(text)
     elif not quiet:
-        _summary(record, out)
+        _summary(record, None)
         if verbose:
             from .privacy_statement import render
 
@@ -314,11 +312,22 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
 
         check()  # no record after a Ctrl-C, even one a compiled call dropped
         try:
-            write_atomic(out, text)
+            if force:
+                write_atomic(out, text)
+            else:  # never replaces a file, not even one a concurrent run wrote meanwhile
+                out = write_new(requested, text)
         except OSError as exc:
             click.echo(f"error: could not write the record to {out}: {exc.strerror or exc} "
                        f"(the summary above is this run's only output)", err=True)
             sys.exit(1)
+        if not quiet and not as_json:
+            click.echo(f"record    {out}")
+
+
+def _quiet_everywhere() -> bool:
+    """Whether ``dpreg -q`` (the group's own option, before the command) was given."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().params.get("quiet"))
 
 
 class _NoProgress:
@@ -452,31 +461,35 @@ def _model_line(mo: dict) -> str:
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--data", required=True, help="records to predict: a file (.svm/.csv/.npz) or a data-set name")
+@click.option("--features", type=click.IntRange(min=1), default=None,
+              help="an svmlight file's width when it omits trailing all-zero features (must be the model's) "
+                   "[default: read off the file, which must then reach the model's width]")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="write the CSV here [default: print to stdout]: 'prediction,margin' for a binary model, "
-                   "'prediction' (class labels; values in the target's units for regression) otherwise")
+                   "'prediction' (class labels; values in the target's units for regression) otherwise; an "
+                   "existing file is never replaced: the output goes to the next free name FILE-N.csv (see --force)")
+@click.option("--force", is_flag=True, help="replace an existing --out file")
 @click.option("--proba", is_flag=True, help="add one column of probabilities per class (p_LABEL; logistic and "
                                             "softmax models)")
 @user_errors
-def predict(model, data, out, proba):
+def predict(model, data, features, out, force, proba):
     """Predict with a released model (a dpreg run record) on new records."""
-    from .data import Schema
-    from .model import load_model, prediction_table, write_predictions
-    from .pipeline import load_data
+    from .model import load_for_model, load_model, prediction_table, write_predictions
     from .results import check_writable
 
     mdl = load_model(model)
     if out is not None:
         check_writable(out)
-    loaded = load_data(data, schema=Schema(mdl.n_features, mdl.zero_based), split_seed=0)
+    loaded = load_for_model(mdl, data, features=features)
     header, rows = prediction_table(mdl, loaded.X, proba=proba)
     if out is None:
         click.echo(",".join(header))
         for r in rows:
             click.echo(",".join(r))
     else:
-        write_predictions(out, header, rows)
-        click.echo(f"{len(rows)} predictions written to {out}", err=True)
+        written = write_predictions(out, header, rows, replace=force)
+        if not _quiet_everywhere():
+            click.echo(f"{len(rows)} predictions written to {written}", err=True)
 
 
 @cli.command()

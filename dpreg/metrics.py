@@ -245,3 +245,15 @@ def trajectory_grad_norms(problem, steps, iterates, *, budget_s: float | None = 
         out["skipped"] = len(steps) - len(keep)
         out["skipped_reason"] = f"time budget of {budget_s:.3g} s"
     return out
+
+
+def checkpoint_values(problem, steps, all_steps, iterates) -> dict:
+    """Training loss and (classifiers) accuracy at the checkpoints ``steps``
+    (evaluation only), the iterates being those of ``all_steps``: the curves
+    ``dpreg plot run`` draws beside the gradient norm."""
+    at = {int(s): w for s, w in zip(all_steps, iterates)}
+    ws = [at[int(s)] for s in steps if int(s) in at]
+    out = {"loss": [float(problem.value(w)) for w in ws]}
+    if problem.loss.classifier:
+        out["accuracy"] = [accuracy(problem, w) for w in ws]
+    return out if len(ws) == len(steps) else {}
