@@ -26,7 +26,9 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         scaling_share: float = 0.1, alpha: float | None = None, select: str | None = None,
         select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
         progress: Callable[[int, int], None] | None = None,
-        warn: Callable[[str], None] | None = None) -> dict:
+        warn: Callable[[str], None] | None = None, backend: str | None = None, scheduler: str | None = None,
+        workers: int | None = None, worker_threads: int | None = None, worker_memory: Any = None,
+        scheduler_timeout: float = 10.0) -> dict:
     """Run one pipeline, exactly as ``dpreg run`` does, and return its record
     (``{"release": ..., "diagnostics": ...}``).
 
@@ -38,8 +40,11 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     ``max_grad_norm``, ``noise_multiplier``: the practitioner names of the
     algorithm's own parameters (``dpreg info ALGO``), as ``dpreg run``'s
     ``--epochs`` etc.; ``noise_multiplier`` fixes the multiplier (refused
-    before any release if it would exceed ``epsilon``).  See
-    :class:`dpreg.pipeline.RunConfig` for the other options.
+    before any release if it would exceed ``epsilon``).  ``data`` may be a
+    directory or glob of shard files, or ``backend="dask"`` hold the records
+    on Dask workers (``scheduler``, ``workers``, ...: :mod:`dpreg.backends`,
+    docs/scale-out.md).  See :class:`dpreg.pipeline.RunConfig` for the other
+    options.
     """
     from .params import practitioner_params
     from .pipeline import RunConfig, run_pipeline
@@ -53,7 +58,8 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
         intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share, alpha=alpha,
         select=select, select_share=select_share, out=out, diagnostics=diagnostics, progress=progress,
-        warn=warn))
+        warn=warn, backend=backend, scheduler=scheduler, workers=workers, worker_threads=worker_threads,
+        worker_memory=worker_memory, scheduler_timeout=scheduler_timeout))
 
 
 def load_model(path_or_record):

@@ -1,0 +1,332 @@
+"""``dpreg run`` on sharded data: :func:`run_sharded`.
+
+The same stages as :func:`dpreg.pipeline.run_pipeline` - validation before any
+private computation, the public schema, the preprocessing (public bounds, or
+private scales charged first), the algorithm with its own sampling, noise and
+accountant on the driver, a record in two parts - with the data held by the
+executor's holders instead of one array.  What differs:
+
+* the schema is declared or fixed: svmlight shards need ``--features`` and
+  the index base; the label map is ``--labels`` or a fixed map ({-1,+1},
+  {0,1}) that every shard fits - never inferred from a sharded source;
+* n is the sum of the shards' sizes; each holder reports only its shards'
+  sizes, feature counts and (for the fixed label maps) label values;
+* ``--scaling private`` (and ``auto`` where it pays) releases the same two
+  noisy sums as on one machine, the sums added from the shards' partial sums;
+* the run needs an algorithm that reaches the data through clipped sums only
+  (:data:`DATA_PARALLEL`, or a third-party algorithm that sets
+  ``data_parallel = True``); ``--select``, ``--test-data`` and
+  ``--test-fraction`` are refused (evaluate a release with ``dpreg predict``);
+* the diagnostics' metrics are computed by the holders too (sums and counts),
+  and the record's diagnostics say where the shards were held, the bytes
+  sent each way and each worker's memory.
+
+A failure anywhere - a bad shard, a lost worker, a scheduler that does not
+answer - raises one :class:`~dpreg.errors.DpregError` and writes nothing.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import DataError, DpregError, ParameterError
+
+#: built-in algorithms that reach the data through the problem's clipped sums only
+DATA_PARALLEL = ("dp-gd", "dp-sgd", "dp-spider", "adaptive-spider", "perturbed-sgd", "dp-trust-region")
+
+
+def data_parallel(algo_cls) -> bool:
+    """Whether ``algo_cls`` can run on a sharded problem."""
+    return algo_cls.name in DATA_PARALLEL or bool(getattr(algo_cls, "data_parallel", False))
+
+
+def open_sources(data, schema, workers: int | None):
+    """``(sources, description, options)`` of a ``--data`` value that is a
+    sharded source, a single file, or an ``(X, y)`` pair (cut into ``workers``
+    shards, at least one)."""
+    from .shards import ShardOptions, discover, split_source
+    from .workers import split_arrays
+
+    if isinstance(data, (tuple, list)) and len(data) == 2:
+        from ..data import is_sparse
+
+        X, y = data
+        X = X.tocsr() if is_sparse(X) else np.asarray(X, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        if X.ndim != 2 or X.shape[0] != y.shape[0]:
+            raise DataError(f"data: features of shape {X.shape} and {y.shape[0]} labels do not match")
+        k = max(1, int(workers or 1))
+        return split_arrays(X, y, k), f"arrays ({X.shape[0]} x {X.shape[1]}, {k} shards)", ShardOptions(schema)
+    if not isinstance(data, str):
+        raise DataError(f"data must be a path to shard files or an (X, y) pair; got {type(data).__name__}")
+    path, opts = split_source(data)
+    unknown = set(opts) - {"label"}
+    if unknown:
+        raise ParameterError(f"sharded data takes the option label=NAME only; got {', '.join(sorted(unknown))}")
+    files = discover(path)
+    desc = f"{path} ({len(files)} shard{'s' if len(files) != 1 else ''}, {files[0].format})"
+    return files, desc, ShardOptions(schema, opts.get("label", "y"))
+
+
+def _label_map(survey: dict, declared, loss_labels: str, where: str):
+    """The run's label map: declared, or a fixed map every shard fits; None
+    for losses without binary labels."""
+    from ..data import LabelMap
+
+    if loss_labels != "binary":
+        return None
+    if declared is not None:
+        neg, pos = (float(v) for v in declared)
+        return LabelMap(neg, pos, "declared")
+    vals = set()
+    for s in survey.values():
+        vals.update(s["labels"])
+    if len(vals) == 1:
+        raise DataError(f"{where}: labels have one class only ({next(iter(vals)):g}); need two")
+    for fixed in ((-1.0, 1.0), (0.0, 1.0)):
+        if vals <= set(fixed):
+            return LabelMap(fixed[0], fixed[1], "fixed")
+    shown = ", ".join(f"{v:g}" for v in sorted(vals)[:3])
+    raise DataError(f"{where}: labels ({shown}, ...) are not -1/+1 or 0/1; declare the two classes with "
+                    f"--labels NEG,POS (a sharded source's labels are never inferred)")
+
+
+def _merge(results: list) -> dict:
+    out: dict = {}
+    for r in results:
+        if r is not None:
+            out.update(r)
+    return out
+
+
+def run_sharded(cfg) -> dict:
+    """Run ``cfg`` (a :class:`dpreg.pipeline.RunConfig` whose data are
+    sharded, or whose backend is dask) and return its record; see the module
+    docstring."""
+    from ..data import Schema
+    from ..interfaces import secret_seed
+    from ..pipeline import _set_threads, _validate, parse_labels
+    from ..registry import get_registry
+    from ..results import check_writable, to_json, write_atomic
+    from .workers import make_executor
+
+    t_start = time.perf_counter()
+    warn = cfg.warn or (lambda msg: None)
+    stage = cfg.stage or (lambda name: None)
+    reg = get_registry()
+    algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls, sel_opts = _validate(cfg, reg)
+    if not data_parallel(algo_cls):
+        raise ParameterError(f"algorithm {cfg.algo!r} needs every record in one process; on sharded data run one "
+                             f"of {', '.join(DATA_PARALLEL)}")
+    for what, given_opt in (("--select", cfg.select), ("--test-data", cfg.test_data),
+                            ("--test-fraction", cfg.test_fraction)):
+        if given_opt is not None:
+            raise ParameterError(f"{what} is not offered on sharded data (evaluate the released model with "
+                                 f"dpreg predict)")
+    backend = cfg.backend or "local"
+    if cfg.out is not None:
+        check_writable(cfg.out)
+    if cfg.threads is not None:
+        _set_threads(cfg.threads)
+    root = secret_seed(cfg.seed)
+    schema = Schema(cfg.features, cfg.zero_based, parse_labels(cfg.labels))
+    sources, description, opts = open_sources(cfg.data, schema, cfg.workers)
+    stage("starting the Dask workers" if backend == "dask" else "opening the shards")
+    t0 = time.perf_counter()
+    executor = make_executor(backend, sources, opts, scheduler=cfg.scheduler, workers=cfg.workers,
+                             threads=cfg.worker_threads, memory_limit=cfg.worker_memory,
+                             connect_timeout=cfg.scheduler_timeout)
+    try:
+        record = _run(cfg, executor, sources, description, opts, algo_cls, loss, acc_cls, noise_name, noise_cls,
+                      given, params, root, warn, stage, t_start, t0)
+    finally:
+        executor.close()
+    if cfg.out is not None and cfg.write_record:
+        from ..interrupts import check
+
+        check()
+        write_atomic(cfg.out, to_json(record))
+    return record
+
+
+def _run(cfg, executor, sources, description, opts, algo_cls, loss, acc_cls, noise_name, noise_cls, given, params,
+         root, warn, stage, t_start, t0):
+    from ..accounting import check_budget_args
+    from ..pipeline import (DIAGNOSTICS_NOTE, RELEASE_NOTE, SEEDED_NOTE, _pipeline_rng, default_delta, model_dict,
+                            privacy_statement)
+    from ..preprocess import Preprocessing, private_scaling_pays, read_bounds, release_scales
+    from ..problem import make_problem
+    from .problem import ShardedProblem
+
+    every = [()] * len(executor.groups)
+    stage("reading the shards")
+    survey = _merge(executor.call("survey", every))
+    order = [s.index for s in sources]
+    rows = [survey[i]["rows"] for i in order]
+    feats = {survey[i]["features"] for i in order}
+    if len(feats) != 1:
+        raise DataError(f"data {description}: the shards have different feature counts ({sorted(feats)}); "
+                        f"every shard must have the same columns")
+    d_raw = feats.pop()
+    n = int(sum(rows))
+    where = f"data {description}"
+    label_map = _label_map(survey, opts.schema.labels, loss.labels, where)
+    if cfg.seed is not None:
+        warn(SEEDED_NOTE)
+    t_data = time.perf_counter() - t0
+    delta = cfg.delta if cfg.delta is not None else default_delta(n)
+    check_budget_args(cfg.epsilon, delta)
+    if delta >= 1.0 / n:
+        warn(f"delta={delta:g} >= 1/n={1.0 / n:.3g}: a mechanism that publishes one random record in the clear "
+             f"meets this guarantee; use delta well below 1/n (default min(1e-5, 1/(10 n)))")
+    accountant = acc_cls(cfg.epsilon, delta, algo_cls.relation_for(params))
+
+    # ---- preprocessing (public, or private and charged first)
+    own_model = getattr(loss, "make_problem", None) is not None
+    if own_model and cfg.intercept:
+        raise ParameterError(f"loss {cfg.loss!r} has its own bias terms: it takes no --intercept")
+    intercept = (loss.classifier and not own_model) if cfg.intercept is None else bool(cfg.intercept)
+    sparse = any(survey[i]["sparse"] for i in order) or sources[0].format == "svmlight"
+    if sparse and cfg.scaling in ("bounds", "private"):
+        raise ParameterError(f"--scaling {cfg.scaling} maps features into [-1, 1], which fills in a sparse data "
+                             "set; use --scaling none for sparse input")
+    mode = cfg.scaling
+    if mode == "auto":  # the single-machine rule: no declared bounds here; private where it pays on dense formats
+        mode = "none" if sparse else (
+            "private" if private_scaling_pays(n, d_raw, accountant, cfg.scaling_share * cfg.epsilon) else "none")
+    scaling_info = None
+    if mode == "bounds":
+        lo, hi = read_bounds(cfg.bounds, d_raw) if isinstance(cfg.bounds, str) else (list(cfg.bounds[0]),
+                                                                                       list(cfg.bounds[1]))
+        prep = Preprocessing(d_raw, "bounds", lo, hi, intercept)
+    elif mode == "private":
+        stats = _merge(executor.call("scale_statistics", every))
+        sums, counts = np.zeros(d_raw), np.zeros(d_raw)
+        for i in order:  # the shards' partial sums, in shard order
+            sums, counts = sums + stats[i][0], counts + stats[i][1]
+        lo, hi, scaling_info = release_scales(sums, counts, d_raw, accountant, _pipeline_rng(cfg, root, 3),
+                                              cfg.scaling_share * cfg.epsilon)
+        prep = Preprocessing(d_raw, "private", lo, hi, intercept)
+    else:
+        prep = Preprocessing(d_raw, "none", intercept=intercept)
+
+    stage("preparing the shards and loading kernels")
+    t0 = time.perf_counter()
+    prepared = executor.call("prepare", [(prep, loss.labels, label_map, loss)] * len(executor.groups))
+    held = _merge([p["shards"] for p in prepared])
+    dims = {held[i]["d"] for i in order}
+    if len(dims) != 1:  # pragma: no cover - every shard has the same columns and loss
+        raise DpregError(f"the shards' problems differ in dimension: {sorted(dims)}")
+    t_compile = time.perf_counter() - t0
+    y0 = np.ones(1) if loss.labels == "binary" else np.zeros(1)
+    proto = make_problem(loss, np.zeros((1, prep.n_weights)), y0, name="prototype", row_bound=prep.row_bound)
+    problem = ShardedProblem(executor, loss, rows, dims.pop(), proto, name=description, row_bound=prep.row_bound)
+
+    algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed, progress=cfg.progress)
+    stage(f"{algo_cls.name}: calibrating noise, running ({executor.name} backend)")
+    t0 = time.perf_counter()
+    with np.errstate(all="ignore"):
+        out = algo.run()
+    t_run = time.perf_counter() - t0
+    w = np.asarray(out.w, dtype=float)
+    if not np.all(np.isfinite(w)):
+        raise DpregError("the run diverged (non-finite iterate); try a smaller step size")
+    traffic = problem.traffic()
+
+    release = {
+        "note": RELEASE_NOTE,
+        "model": model_dict(w, loss, prep, label_map, opts.schema.zero_based, loss_spec=cfg.loss),
+        "privacy": privacy_statement(accountant, algo_cls, noise_name, out.info, cfg, n, scaling_info, None),
+        "config": {
+            "algo": algo_cls.name, "paper": algo_cls.paper, "data_access": algo_cls.data_access,
+            "noise": noise_name, "loss": loss.name, "data": description, "test_data": None,
+            "epsilon": cfg.epsilon, "delta": delta, "accountant": accountant.name,
+            "params_given": given, "params_resolved": params, "alpha": cfg.alpha,
+            "select": None, "select_share": None, "split_seed": cfg.split_seed, "test_fraction": None,
+            "schema": {"n_features": d_raw, "declared": sorted(
+                ({"n_features"} if opts.schema.n_features is not None or sources[0].format != "svmlight" else set())
+                | ({"zero_based"} if opts.schema.zero_based is not None else set())
+                | ({"labels"} if label_map is not None and label_map.source == "declared" else set()))},
+            "shards": len(sources),
+        },
+    }
+    record = {"dpreg_record": 2, "release": release}
+    timing = {"data_s": t_data, "compile_s": t_compile, "run_s": t_run}
+    if cfg.diagnostics:
+        stage("evaluating (non-private diagnostics)")
+        record["diagnostics"] = _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timing,
+                                             scaling_info, light=cfg.diagnostics == "light")
+        record["diagnostics"]["note"] = DIAGNOSTICS_NOTE
+        record["diagnostics"]["timing"]["total_s"] = time.perf_counter() - t_start
+    return record
+
+
+def _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timing, scaling_info, light) -> dict:
+    from .. import interrupts, metrics
+    from ..pipeline import _versions
+
+    t0 = time.perf_counter()
+    ev: dict = {}
+    base: dict = {}
+    errors: list = []
+    warnings: list = []
+
+    def guarded(what, f):
+        try:
+            with np.errstate(all="ignore"):
+                return f()
+        except DpregError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a diagnostic that fails is reported, never fatal
+            interrupts.check()
+            errors.append(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            return None
+
+    traj = out.info.pop("trajectory", None)
+    tr_summary = traj.summary() if traj is not None else {}
+    if not light:
+        ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=cfg.alpha, prefix="train")) or {})
+        zero = np.zeros(problem.d)
+        base["train_loss_at_zero"] = guarded("baselines", lambda: problem.value(zero))
+        g0 = guarded("baselines", lambda: problem.gradient(zero))
+        base["train_grad_norm_at_zero"] = None if g0 is None else float(np.linalg.norm(g0))
+        if problem.loss.classifier:
+            pos = guarded("baselines", problem.positive_rate)
+            if pos is not None:
+                base["train_majority_rate"] = max(pos, 1.0 - pos)
+        loss_w, loss0 = ev.get("train_loss"), base.get("train_loss_at_zero")
+        if loss_w is not None and loss0 is not None and loss_w > loss0 + 1e-9:
+            warnings.append(f"the released model's training loss {loss_w:.4g} is worse than at w = 0 "
+                            f"({loss0:.4g}): the run did not learn; try a smaller step size or a larger epsilon")
+        if traj is not None:
+            cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates))
+            if cp is not None:
+                tr_summary["checkpoints"] = cp
+    memory = executor.call("memory", [()] * len(executor.groups))
+    G, M, rho = problem.constants()
+    steps = max(1, int(out.iterations))
+    backend = dict(executor.info(), shards=len(rows), records_per_shard=[int(r) for r in rows],
+                   traffic=dict(traffic, bytes_down_per_step=traffic["bytes_down"] / steps,
+                                bytes_up_per_step=traffic["bytes_up"] / steps),
+                   worker_memory=memory)
+    return {
+        "non_private": True,
+        "schema_inferred": None,
+        "problem": {"n": problem.n, "d": problem.d, "loss": problem.loss.name, "G": G, "M": M, "rho": rho,
+                    "n_test": None},
+        "privacy": accountant.state(),
+        "usage": {"iterations": out.iterations, "records_used": out.records_used,
+                  "gradient_evaluations": out.gradient_evaluations},
+        "run_info": out.info,
+        "selection": None,
+        "scaling": scaling_info,
+        "trajectory": tr_summary,
+        "metrics": ev,
+        "baselines": base,
+        "backend": backend,
+        "warnings": warnings,
+        "errors": errors,
+        "timing": dict(timing, eval_s=time.perf_counter() - t0),
+        "versions": _versions(),
+    }
