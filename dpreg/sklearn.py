@@ -51,6 +51,11 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                      lists of public per-feature bounds)
     classes:         the (negative, positive) labels, declared; None: read off ``y``
     random_state:    None (secret OS entropy) or a research seed
+    backend, scheduler, workers:
+                     where the records are held while fitting: None/"local" (this process) or
+                     "dask" (cut into ``workers`` shards held by Dask worker processes - a
+                     LocalCluster, or the running ``scheduler``; per-shard clipped sums, the
+                     noise added once here: :mod:`dpreg.backends`)
 
     Fitted attributes: ``classes_``, ``n_features_in_``, ``coef_`` and
     ``intercept_`` (over the row-scaled features, see :mod:`dpreg.preprocess`),
@@ -63,7 +68,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                  params: dict[str, Any] | None = None, fit_intercept: bool = True, scaling: str = "none",
                  bounds: tuple | None = None, classes: tuple | None = None, random_state: int | None = None,
                  epochs: float | None = None, lr: float | None = None, batch_size: int | None = None,
-                 max_grad_norm: float | None = None, noise_multiplier: float | None = None):
+                 max_grad_norm: float | None = None, noise_multiplier: float | None = None,
+                 backend: str | None = None, scheduler: str | None = None, workers: int | None = None):
         self.algorithm = algorithm
         self.noise = noise
         self.loss = loss
@@ -81,6 +87,9 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         self.batch_size = batch_size
         self.max_grad_norm = max_grad_norm
         self.noise_multiplier = noise_multiplier
+        self.backend = backend
+        self.scheduler = scheduler
+        self.workers = workers
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -118,7 +127,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
             delta=self.delta, accountant=self.accountant, params=params,
             seed=self.random_state, intercept=self.fit_intercept,
             scaling="bounds" if self.bounds is not None else self.scaling, bounds=self.bounds,
-            labels=(-1.0, 1.0), diagnostics="light"))
+            labels=(-1.0, 1.0), diagnostics="light", backend=self.backend, scheduler=self.scheduler,
+            workers=self.workers))
         from .model import load_model
 
         self.record_ = rec

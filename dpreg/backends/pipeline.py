@@ -26,11 +26,15 @@ answer - raises one :class:`~dpreg.errors.DpregError` and writes nothing.
 """
 from __future__ import annotations
 
+import os
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import DataError, DpregError, ParameterError
+from .shards import looks_sharded
 
 #: built-in algorithms that reach the data through the problem's clipped sums only
 DATA_PARALLEL = ("dp-gd", "dp-sgd", "dp-spider", "adaptive-spider", "perturbed-sgd", "dp-trust-region")
@@ -41,32 +45,62 @@ def data_parallel(algo_cls) -> bool:
     return algo_cls.name in DATA_PARALLEL or bool(getattr(algo_cls, "data_parallel", False))
 
 
-def open_sources(data, schema, workers: int | None):
-    """``(sources, description, options)`` of a ``--data`` value that is a
-    sharded source, a single file, or an ``(X, y)`` pair (cut into ``workers``
-    shards, at least one)."""
+@dataclass
+class Source:
+    """A data source as the sharded pipeline opens it: its shards, a
+    description, how to read them, and what a registered data set declares
+    (public bounds, a common feature scale)."""
+
+    shards: list
+    description: str
+    options: Any
+    bounds: Any = None
+    common_scale: bool = False
+
+
+def open_source(data, schema, workers: int | None, split_seed: int = 0) -> Source:
+    """The :class:`Source` of a ``--data`` value: a directory or glob of
+    shard files, a single file (one shard), a registered data set or an
+    ``(X, y)`` pair (both in this process already: cut into ``workers``
+    consecutive shards - default: one per core - and sent to the holders;
+    the shard count is part of what fixes a seeded run's bits)."""
+    from ..registry import get_registry
     from .shards import ShardOptions, discover, split_source
     from .workers import split_arrays
 
+    k = max(1, int(workers or os.cpu_count() or 1))
+    if isinstance(data, str) and not os.path.exists(split_source(data)[0]) and not looks_sharded(data):
+        from ..pipeline import _parse_name_options, load_data
+
+        if _parse_name_options(data)[0] in get_registry().names("dataset"):
+            tr = load_data(data, schema=schema, split_seed=split_seed)
+            X, y = tr.X, tr.y
+            return Source(split_arrays(X, y, k), f"{tr.description} ({X.shape[0]} x {X.shape[1]}, {k} shards)",
+                          ShardOptions(tr.schema), getattr(tr.source, "bounds", None),
+                          bool(getattr(tr.source, "common_scale", False)))
     if isinstance(data, (tuple, list)) and len(data) == 2:
         from ..data import is_sparse
 
         X, y = data
-        X = X.tocsr() if is_sparse(X) else np.asarray(X, dtype=np.float64)
-        y = np.asarray(y, dtype=np.float64).reshape(-1)
+        try:
+            X = X.tocsr() if is_sparse(X) else np.asarray(X, dtype=np.float64)
+            y = np.asarray(y, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError) as exc:
+            raise DataError(f"data: arrays must hold real numbers: {exc}") from None
         if X.ndim != 2 or X.shape[0] != y.shape[0]:
             raise DataError(f"data: features of shape {X.shape} and {y.shape[0]} labels do not match")
-        k = max(1, int(workers or 1))
-        return split_arrays(X, y, k), f"arrays ({X.shape[0]} x {X.shape[1]}, {k} shards)", ShardOptions(schema)
+        return Source(split_arrays(X, y, k), f"arrays ({X.shape[0]} x {X.shape[1]}, {k} shards)",
+                      ShardOptions(schema))
     if not isinstance(data, str):
-        raise DataError(f"data must be a path to shard files or an (X, y) pair; got {type(data).__name__}")
+        raise DataError(f"data must be a path to shard files, a data-set name or an (X, y) pair; "
+                        f"got {type(data).__name__}")
     path, opts = split_source(data)
     unknown = set(opts) - {"label"}
     if unknown:
         raise ParameterError(f"sharded data takes the option label=NAME only; got {', '.join(sorted(unknown))}")
     files = discover(path)
-    desc = f"{path} ({len(files)} shard{'s' if len(files) != 1 else ''}, {files[0].format})"
-    return files, desc, ShardOptions(schema, opts.get("label", "y"))
+    desc = f"{os.path.abspath(path)} ({len(files)} shard{'s' if len(files) != 1 else ''}, {files[0].format})"
+    return Source(files, desc, ShardOptions(schema, opts.get("label", "y")))
 
 
 def _label_map(survey: dict, declared, loss_labels: str, where: str):
@@ -131,15 +165,15 @@ def run_sharded(cfg) -> dict:
         _set_threads(cfg.threads)
     root = secret_seed(cfg.seed)
     schema = Schema(cfg.features, cfg.zero_based, parse_labels(cfg.labels))
-    sources, description, opts = open_sources(cfg.data, schema, cfg.workers)
+    src = open_source(cfg.data, schema, cfg.workers, cfg.split_seed)
     stage("starting the Dask workers" if backend == "dask" else "opening the shards")
     t0 = time.perf_counter()
-    executor = make_executor(backend, sources, opts, scheduler=cfg.scheduler, workers=cfg.workers,
+    executor = make_executor(backend, src.shards, src.options, scheduler=cfg.scheduler, workers=cfg.workers,
                              threads=cfg.worker_threads, memory_limit=cfg.worker_memory,
                              connect_timeout=cfg.scheduler_timeout)
     try:
-        record = _run(cfg, executor, sources, description, opts, algo_cls, loss, acc_cls, noise_name, noise_cls,
-                      given, params, root, warn, stage, t_start, t0)
+        record = _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, root,
+                      warn, stage, t_start, t0)
     finally:
         executor.close()
     if cfg.out is not None and cfg.write_record:
@@ -150,8 +184,8 @@ def run_sharded(cfg) -> dict:
     return record
 
 
-def _run(cfg, executor, sources, description, opts, algo_cls, loss, acc_cls, noise_name, noise_cls, given, params,
-         root, warn, stage, t_start, t0):
+def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, root, warn, stage,
+         t_start, t0):
     from ..accounting import check_budget_args
     from ..pipeline import (DIAGNOSTICS_NOTE, RELEASE_NOTE, SEEDED_NOTE, _pipeline_rng, default_delta, model_dict,
                             privacy_statement)
@@ -159,6 +193,7 @@ def _run(cfg, executor, sources, description, opts, algo_cls, loss, acc_cls, noi
     from ..problem import make_problem
     from .problem import ShardedProblem
 
+    sources, description, opts = src.shards, src.description, src.options
     every = [()] * len(executor.groups)
     stage("reading the shards")
     survey = _merge(executor.call("survey", every))
@@ -192,13 +227,14 @@ def _run(cfg, executor, sources, description, opts, algo_cls, loss, acc_cls, noi
         raise ParameterError(f"--scaling {cfg.scaling} maps features into [-1, 1], which fills in a sparse data "
                              "set; use --scaling none for sparse input")
     mode = cfg.scaling
-    if mode == "auto":  # the single-machine rule: no declared bounds here; private where it pays on dense formats
-        mode = "none" if sparse else (
-            "private" if private_scaling_pays(n, d_raw, accountant, cfg.scaling_share * cfg.epsilon) else "none")
+    if mode == "auto":  # the single-machine rule (dpreg.pipeline): declared bounds, else private where it pays
+        mode = ("bounds" if src.bounds is not None else
+                "none" if sparse or src.common_scale else
+                "private" if private_scaling_pays(n, d_raw, accountant, cfg.scaling_share * cfg.epsilon) else "none")
     scaling_info = None
     if mode == "bounds":
-        lo, hi = read_bounds(cfg.bounds, d_raw) if isinstance(cfg.bounds, str) else (list(cfg.bounds[0]),
-                                                                                       list(cfg.bounds[1]))
+        b = cfg.bounds if cfg.scaling == "bounds" else src.bounds
+        lo, hi = read_bounds(b, d_raw) if isinstance(b, str) else (list(b[0]), list(b[1]))
         prep = Preprocessing(d_raw, "bounds", lo, hi, intercept)
     elif mode == "private":
         stats = _merge(executor.call("scale_statistics", every))
@@ -244,10 +280,8 @@ def _run(cfg, executor, sources, description, opts, algo_cls, loss, acc_cls, noi
             "epsilon": cfg.epsilon, "delta": delta, "accountant": accountant.name,
             "params_given": given, "params_resolved": params, "alpha": cfg.alpha,
             "select": None, "select_share": None, "split_seed": cfg.split_seed, "test_fraction": None,
-            "schema": {"n_features": d_raw, "declared": sorted(
-                ({"n_features"} if opts.schema.n_features is not None or sources[0].format != "svmlight" else set())
-                | ({"zero_based"} if opts.schema.zero_based is not None else set())
-                | ({"labels"} if label_map is not None and label_map.source == "declared" else set()))},
+            # nothing of a sharded source's schema is inferred: declared, fixed, or each file's own layout
+            "schema": {"n_features": d_raw, "declared": ["labels", "n_features", "zero_based"]},
             "shards": len(sources),
         },
     }

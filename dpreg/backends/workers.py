@@ -297,6 +297,7 @@ class DaskExecutor:
                                             dashboard_address=None, memory_limit=memory_limit or "auto")
                 self.client = Client(self.cluster, set_as_default=False, timeout=connect_timeout)
             else:
+                probe_scheduler(scheduler, connect_timeout)
                 self.client = Client(scheduler, set_as_default=False, timeout=connect_timeout)
                 self.client.wait_for_workers(1, timeout=connect_timeout)
         except (OSError, TimeoutError) as exc:
@@ -404,6 +405,35 @@ class DaskExecutor:
         finally:
             self.client = self.cluster = None
             self._loud()
+
+
+def probe_scheduler(address: str, timeout: float) -> None:
+    """Ask ``address`` who it is (Dask's ``identity`` request, over Dask's own
+    comm layer) and wait at most ``timeout`` seconds for a Dask scheduler to
+    answer; DpregError otherwise.  A ``Client`` would wait without end on a
+    peer that accepts the connection and never answers; this probe cannot."""
+    import asyncio
+    import concurrent.futures
+
+    from distributed.comm import connect
+
+    async def ask():
+        comm = await connect(address, timeout=timeout)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await asyncio.wait_for(comm.read(), timeout)
+        finally:
+            comm.abort()
+
+    # its own thread and event loop: the caller may be running one (a notebook)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        try:
+            who = pool.submit(asyncio.run, asyncio.wait_for(ask(), timeout)).result()
+        except (OSError, TimeoutError, asyncio.TimeoutError, ValueError, TypeError) as exc:
+            raise DpregError(f"cannot reach the Dask scheduler {address}: {_one_line(exc) or 'no answer'} "
+                             f"(gave up after {timeout:g} s)") from None
+    if not isinstance(who, dict) or who.get("type") != "Scheduler":
+        raise DpregError(f"cannot reach the Dask scheduler {address}: what answers there is not a Dask scheduler")
 
 
 class _Stub:
