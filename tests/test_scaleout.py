@@ -246,21 +246,26 @@ def test_routing_sends_local_rows_and_full_shards_as_none(registry, rng):
 # ------------------------------------------------------------------ the CLI
 @pytest.mark.slow  # the module's worker processes (started once, about 10-20 s on 2 busy cores)
 def test_cli_backend_dask_on_a_directory_of_shards(cluster, shards, tmp_path):
-    """``dpreg run --algo dp-sgd --backend dask --data DIR`` (worker
-    processes) writes the record the in-process run writes, bit for bit."""
+    """``dpreg run --algo dp-sgd --backend dask --data DIR`` writes the record
+    the in-process run writes, bit for bit: on its own LocalCluster of two
+    worker processes (started and stopped by the run) and on a running one."""
     from click.testing import CliRunner
 
     from dpreg.cli import cli
 
     args = ["run", "--algo", "dp-sgd", "--data", str(shards / "npz"), "--seed", "3", "--scaling", "none",
             "--param", "steps=25", "--param", "batch=250"]
-    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a, b, c = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
     r1 = CliRunner().invoke(cli, args + ["--out", str(a)])
-    r2 = CliRunner().invoke(cli, args + ["--backend", "dask", "--scheduler", cluster, "--out", str(b)])
-    assert r1.exit_code == 0 and r2.exit_code == 0, r1.output + r2.output
-    ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
-    assert ra["release"]["model"]["weights"] == rb["release"]["model"]["weights"]
-    assert rb["diagnostics"]["backend"]["workers"] == 2 and "backend   dask" in r2.output
+    r2 = CliRunner().invoke(cli, args + ["--backend", "dask", "--workers", "2", "--out", str(b)])
+    r3 = CliRunner().invoke(cli, args + ["--scheduler", cluster, "--out", str(c)])
+    assert r1.exit_code == r2.exit_code == r3.exit_code == 0, r1.output + r2.output + r3.output
+    ra, rb, rc = (json.loads(f.read_text()) for f in (a, b, c))
+    assert ra["release"]["model"]["weights"] == rb["release"]["model"]["weights"] == rc["release"]["model"]["weights"]
+    assert ra["diagnostics"]["backend"]["backend"] == "local"
+    for r in (rb, rc):
+        assert r["diagnostics"]["backend"]["workers"] == 2
+    assert rb["diagnostics"]["backend"]["cluster"].startswith("LocalCluster") and "backend   dask" in r2.output
 
 
 @pytest.mark.slow  # the module's worker processes (started once, about 10-20 s on 2 busy cores)

@@ -184,26 +184,70 @@ def run_sharded(cfg) -> dict:
     return record
 
 
+def read_shards(executor, src: Source):
+    """Open every shard on its holder: ``(survey, shard order, rows per
+    shard, feature count)``; DataError when the shards' widths differ."""
+    survey = _merge(executor.call("survey", [()] * len(executor.groups)))
+    order = [s.index for s in src.shards]
+    rows = [survey[i]["rows"] for i in order]
+    feats = {survey[i]["features"] for i in order}
+    if len(feats) != 1:
+        raise DataError(f"data {src.description}: the shards have different feature counts ({sorted(feats)}); "
+                        f"every shard must have the same columns")
+    return survey, order, rows, feats.pop()
+
+
+def prepare_shards(executor, src: Source, rows, prep, loss, label_map):
+    """Prepare every shard on its holder (``prep``, the label map, the
+    kernels loaded) and return the :class:`~.problem.ShardedProblem` over them."""
+    from ..problem import make_problem
+    from .problem import ShardedProblem
+
+    prepared = executor.call("prepare", [(prep, loss.labels, label_map, loss)] * len(executor.groups))
+    held = _merge([p["shards"] for p in prepared])
+    dims = {held[s.index]["d"] for s in src.shards}
+    if len(dims) != 1:  # pragma: no cover - every shard has the same columns and loss
+        raise DpregError(f"the shards' problems differ in dimension: {sorted(dims)}")
+    y0 = np.ones(1) if loss.labels == "binary" else np.zeros(1)
+    proto = make_problem(loss, np.zeros((1, prep.n_weights)), y0, name="prototype", row_bound=prep.row_bound)
+    return ShardedProblem(executor, loss, rows, dims.pop(), proto, name=src.description, row_bound=prep.row_bound)
+
+
+def open_problem(data, loss, *, backend: str = "local", labels=None, features: int | None = None,
+                 zero_based: bool | None = None, intercept: bool = True, **executor_options):
+    """A :class:`~.problem.ShardedProblem` over ``data`` (a ``--data`` value)
+    for scripts and benchmarks: the pipeline's reading and preparation, with
+    no feature map, the given label map (or a fixed one) and an intercept
+    column; ``executor_options`` go to :func:`~.workers.make_executor`.  The
+    caller closes ``problem.executor``."""
+    from ..data import Schema
+    from ..pipeline import parse_labels
+    from ..preprocess import Preprocessing
+    from .workers import make_executor
+
+    src = open_source(data, Schema(features, zero_based, parse_labels(labels)), executor_options.get("workers"))
+    executor = make_executor(backend, src.shards, src.options, **executor_options)
+    try:
+        survey, _, rows, d_raw = read_shards(executor, src)
+        label_map = _label_map(survey, src.options.schema.labels, loss.labels, f"data {src.description}")
+        return prepare_shards(executor, src, rows, Preprocessing(d_raw, "none", intercept=intercept), loss,
+                              label_map)
+    except BaseException:
+        executor.close()
+        raise
+
+
 def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, root, warn, stage,
          t_start, t0):
     from ..accounting import check_budget_args
     from ..pipeline import (DIAGNOSTICS_NOTE, RELEASE_NOTE, SEEDED_NOTE, _pipeline_rng, default_delta, model_dict,
                             privacy_statement)
     from ..preprocess import Preprocessing, private_scaling_pays, read_bounds, release_scales
-    from ..problem import make_problem
-    from .problem import ShardedProblem
 
     sources, description, opts = src.shards, src.description, src.options
     every = [()] * len(executor.groups)
     stage("reading the shards")
-    survey = _merge(executor.call("survey", every))
-    order = [s.index for s in sources]
-    rows = [survey[i]["rows"] for i in order]
-    feats = {survey[i]["features"] for i in order}
-    if len(feats) != 1:
-        raise DataError(f"data {description}: the shards have different feature counts ({sorted(feats)}); "
-                        f"every shard must have the same columns")
-    d_raw = feats.pop()
+    survey, order, rows, d_raw = read_shards(executor, src)
     n = int(sum(rows))
     where = f"data {description}"
     label_map = _label_map(survey, opts.schema.labels, loss.labels, where)
@@ -249,15 +293,8 @@ def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, giv
 
     stage("preparing the shards and loading kernels")
     t0 = time.perf_counter()
-    prepared = executor.call("prepare", [(prep, loss.labels, label_map, loss)] * len(executor.groups))
-    held = _merge([p["shards"] for p in prepared])
-    dims = {held[i]["d"] for i in order}
-    if len(dims) != 1:  # pragma: no cover - every shard has the same columns and loss
-        raise DpregError(f"the shards' problems differ in dimension: {sorted(dims)}")
+    problem = prepare_shards(executor, src, rows, prep, loss, label_map)
     t_compile = time.perf_counter() - t0
-    y0 = np.ones(1) if loss.labels == "binary" else np.zeros(1)
-    proto = make_problem(loss, np.zeros((1, prep.n_weights)), y0, name="prototype", row_bound=prep.row_bound)
-    problem = ShardedProblem(executor, loss, rows, dims.pop(), proto, name=description, row_bound=prep.row_bound)
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed, progress=cfg.progress)
     stage(f"{algo_cls.name}: calibrating noise, running ({executor.name} backend)")

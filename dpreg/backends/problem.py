@@ -25,7 +25,6 @@ algorithms then take their steps one by one, each step one round trip.
 """
 from __future__ import annotations
 
-from functools import cached_property
 import numpy as np
 
 from ..errors import ParameterError
@@ -262,13 +261,9 @@ class ShardedProblem:
         """Calls and payload bytes (arrays and numbers, before framing) each way."""
         return {"calls": self.calls, "bytes_down": self.bytes_down, "bytes_up": self.bytes_up}
 
-    @cached_property
-    def _vec_shape(self):
-        return (self.d,)
-
     def _vec(self, v) -> np.ndarray:
         v = np.ascontiguousarray(v, dtype=np.float64)
-        if v.shape != self._vec_shape:
+        if v.shape != (self.d,):
             raise ValueError(f"expected a vector of shape ({self.d},), got {v.shape}")
         return v
 

@@ -43,11 +43,21 @@ __all__ = ["ShardWorker", "LocalExecutor", "DaskExecutor", "ArrayShard", "assign
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size in bytes (``getrusage``)."""
+    """This process's peak resident set size in bytes: ``VmHWM`` of
+    ``/proc/self/status`` (its own memory's high-water mark), else
+    ``getrusage``'s ``ru_maxrss`` - which on Linux a spawned worker inherits
+    from the process that forked it, so a worker started by a driver holding
+    gigabytes would report the driver's peak."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
     import resource
 
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(kb) * 1024
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
 def rss_bytes() -> int:
@@ -125,12 +135,30 @@ class ShardWorker:
         self.readers: dict[int, ShardReader] = {}
         self.labels: dict[int, np.ndarray] = {}
         self.problems: dict = {}
+        #: the sums' calls, and the CPU and wall seconds they took here (the thread's CPU
+        #: time: what a core of its own would have spent; the wall: what this one took)
+        self.calls, self.cpu_s, self.wall_s = 0, 0.0, 0.0
 
     def _threads(self) -> None:
         if self.threads:
             import numba
 
             numba.set_num_threads(max(1, min(int(self.threads), int(numba.config.NUMBA_NUM_THREADS))))
+
+    def _timed(self, f):
+        """``f()``, its CPU and wall seconds added to this holder's counters."""
+        self._threads()
+        c0, t0 = time.thread_time(), time.perf_counter()
+        try:
+            return f()
+        finally:
+            self.calls += 1
+            self.cpu_s += time.thread_time() - c0
+            self.wall_s += time.perf_counter() - t0
+
+    def counters(self) -> dict:
+        """Calls answered and the CPU and wall seconds they took on this holder."""
+        return {"calls": self.calls, "cpu_s": self.cpu_s, "wall_s": self.wall_s}
 
     # ------------------------------------------------------------- loading
     def survey(self) -> dict[int, dict]:
@@ -169,7 +197,7 @@ class ShardWorker:
     def memory(self) -> dict:
         """This process's memory: RSS when the holder was made, now, and at its peak; bytes held."""
         return {"pid": os.getpid(), "rss_start": self.rss_start, "rss": rss_bytes(), "peak_rss": peak_rss_bytes(),
-                "held_bytes": sum(_held_bytes(pb) for pb in self.problems.values())}
+                "held_bytes": sum(_held_bytes(pb) for pb in self.problems.values()), **self.counters()}
 
     # -------------------------------------------------------------- sums
     def clipped_sums(self, w, w_prev, parts: dict, clip: float) -> dict:
@@ -177,31 +205,39 @@ class ShardWorker:
         its rows): ``(clipped gradient sum, clipped count)`` at ``w``, or of
         the gradient differences between ``w_prev`` and ``w`` when ``w_prev``
         is given (:meth:`dpreg.problem.Problem.clipped_grad_sum` / ``clipped_diff_sum``)."""
-        self._threads()
-        out = {}
-        for i, part in parts.items():
-            pb = self.problems[i]
-            ix = _rows(part)
-            s, k = (pb.clipped_grad_sum(w, ix, clip) if w_prev is None else pb.clipped_diff_sum(w, w_prev, ix, clip))
-            out[i] = (s, int(k))
-        return out
+        def run():
+            out = {}
+            for i, part in parts.items():
+                pb = self.problems[i]
+                ix = _rows(part)
+                s, k = (pb.clipped_grad_sum(w, ix, clip) if w_prev is None else
+                        pb.clipped_diff_sum(w, w_prev, ix, clip))
+                out[i] = (s, int(k))
+            return out
+
+        return self._timed(run)
 
     def clipped_hessian_sums(self, w, parts: dict, clip: float) -> dict:
         """Per shard: ``(clipped data-Hessian sum, clipped count)``."""
-        self._threads()
-        out = {}
-        for i, part in parts.items():
-            ix = _rows(part)
-            H, k = self.problems[i].clipped_hessian_sum(w, self.problems[i].all_rows if ix is None else ix, clip)
-            out[i] = (H, int(k))
-        return out
+        def run():
+            out = {}
+            for i, part in parts.items():
+                ix = _rows(part)
+                H, k = self.problems[i].clipped_hessian_sum(w, self.problems[i].all_rows if ix is None else ix,
+                                                            clip)
+                out[i] = (H, int(k))
+            return out
+
+        return self._timed(run)
 
     def evaluate(self, what: str, w, v, parts: dict) -> dict:
         """Per shard, an exact (evaluation-only) quantity over its rows of
         ``parts``: "value", "gradient", "hvp" (along ``v``), "hessian" (the
         shard's mean), "correct" (records whose predicted sign is the label),
         "positive" (records labelled +1)."""
-        self._threads()
+        return self._timed(lambda: self._evaluate(what, w, v, parts))
+
+    def _evaluate(self, what, w, v, parts) -> dict:
         out = {}
         for i, part in parts.items():
             pb = self.problems[i]
@@ -361,12 +397,16 @@ class DaskExecutor:
                                  f"within {self.timeout:g} s; no record written")
 
     def _lost(self, j: int) -> bool:
-        """Whether actor j's worker is gone: its actor's task is no longer
-        held (while the actor is being made: lost or cancelled)."""
+        """Whether actor j's worker is gone: its actor's task no longer held
+        (while the actor is being made: lost or cancelled), or its worker no
+        longer in the scheduler's list (a restarted worker has another address)."""
         st = self._holders[j].status
-        if j < len(self.actors):
-            return st != "finished"
-        return st in ("lost", "cancelled")
+        if (st != "finished") if j < len(self.actors) else (st in ("lost", "cancelled")):
+            return True
+        try:
+            return self.addresses[j] not in self.client.scheduler_info(n_workers=-1)["workers"]
+        except Exception:  # noqa: BLE001 - the scheduler itself is gone
+            return True
 
     def _lost_error(self, j: int) -> DpregError:
         return DpregError(f"data-parallel run aborted: the Dask worker {self.addresses[j]} holding shards "
@@ -416,9 +456,12 @@ def probe_scheduler(address: str, timeout: float) -> None:
     import concurrent.futures
 
     from distributed.comm import connect
+    from distributed.security import Security
+
+    args = Security().get_connection_args("client")  # TLS as Dask's configuration says (tls:// addresses)
 
     async def ask():
-        comm = await connect(address, timeout=timeout)
+        comm = await connect(address, timeout=timeout, **args)
         try:
             await comm.write({"op": "identity", "reply": True})
             return await asyncio.wait_for(comm.read(), timeout)
