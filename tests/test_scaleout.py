@@ -58,7 +58,7 @@ def shards(tmp_path_factory, data):
     for i in range(len(CUTS) - 1):
         lo, hi = CUTS[i], CUTS[i + 1]
         np.savez(root / "npz" / f"part-{i:02d}.npz", X=X[lo:hi], y=y[lo:hi])
-        _write_parquet(root / "parquet" / f"part-{i:02d}.parquet", X[lo:hi], y[lo:hi])
+        _write_parquet(root / "parquet" / f"part-{i:02d}.parquet", X[lo:hi], y[lo:hi])  # needs pyarrow
         with open(root / "svm" / f"part-{i:02d}.svm", "w") as fh:
             for r in range(lo, hi):
                 fh.write(f"{y[r]:g} " + " ".join(f"{j}:{X[r, j]:.17g}" for j in range(X.shape[1])) + "\n")
@@ -68,8 +68,11 @@ def shards(tmp_path_factory, data):
 
 
 def _write_parquet(path, X, y):
-    pa = pytest.importorskip("pyarrow")
-    import pyarrow.parquet as pq
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:  # the test of Parquet shards skips; the others run
+        return
 
     cols = {f"f{j}": X[:, j] for j in range(X.shape[1])}
     cols["y"] = y
@@ -136,6 +139,7 @@ def test_private_scaling_from_shard_sums(cluster, shards):
 
 
 def test_parquet_and_npz_shards_train_the_same_model(shards):
+    pytest.importorskip("pyarrow")
     kw = dict(algo="dp-sgd", params={"steps": 30, "batch": 200})
     assert np.array_equal(_w(_run(data=str(shards / "npz"), **kw)), _w(_run(data=str(shards / "parquet"), **kw)))
     glob = _run(data=str(shards / "parquet" / "part-*.parquet"), **kw)
@@ -340,3 +344,23 @@ def test_bad_scheduler_address_fails_in_seconds(shards):
             assert "cannot reach the Dask scheduler" in str(exc.value) and "\n" not in str(exc.value)
     finally:
         silent.close()
+
+
+def test_parquet_label_column_option_and_missing_values(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((300, 3))
+    cols = {"a": X[:, 0], "b": X[:, 1], "c": X[:, 2], "target": np.where(X[:, 0] > 0, 1.0, -1.0)}
+    (tmp_path / "p").mkdir()
+    pq.write_table(pa.table(cols), tmp_path / "p" / "part-0.parquet")
+    with pytest.raises(DataError, match="no label column 'y'.*label=NAME"):
+        _run(algo="dp-gd", data=str(tmp_path / "p"), params={"steps": 3})
+    rec = _run(algo="dp-gd", data=f"{tmp_path / 'p'}:label=target", params={"steps": 3})
+    assert rec["release"]["model"]["n_features"] == 3
+    b = pa.array([1.0, None] + [0.5] * 298)
+    (tmp_path / "q").mkdir()
+    pq.write_table(pa.table({"a": X[:, 0], "b": b, "y": cols["target"]}), tmp_path / "q" / "part-0.parquet")
+    with pytest.raises(DataError, match="missing value in column 'b' at record 2"):
+        _run(algo="dp-gd", data=str(tmp_path / "q"), params={"steps": 3})

@@ -404,9 +404,10 @@ class DaskExecutor:
         if (st != "finished") if j < len(self.actors) else (st in ("lost", "cancelled")):
             return True
         try:
-            return self.addresses[j] not in self.client.scheduler_info(n_workers=-1)["workers"]
-        except Exception:  # noqa: BLE001 - the scheduler itself is gone
-            return True
+            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+        except Exception:  # noqa: BLE001 - no answer now (a busy scheduler): the holder's status decides
+            return False
+        return self.addresses[j] not in workers
 
     def _lost_error(self, j: int) -> DpregError:
         return DpregError(f"data-parallel run aborted: the Dask worker {self.addresses[j]} holding shards "
