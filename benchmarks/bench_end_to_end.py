@@ -379,7 +379,8 @@ def test_svmlight_cache(benchmark, tmp_path, monkeypatch):
 
     from dpreg.svmlight import load_svmlight
 
-    monkeypatch.setenv("DPREG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("DPREG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DPREG_DATA_CACHE", "1")  # parsed copies of a data file are opt-in
     out = {}
 
     def body():

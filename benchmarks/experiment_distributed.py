@@ -14,7 +14,10 @@ Three questions (Thm 3, Remark 2, Remark 3):
 
 Reduced grid (CPU budget about 10 minutes on a shared 2-core machine):
 m in {1, 2, 4}, eps in {0.5, 1, 2} (selection: eps = 1 only), delta = 1/N, seeds 0..2, sharding iid and
-Dirichlet(0.5) label skew, loss ``logistic-nonconvex-reg``, noise ``tree``,
+a label-skewed layout (client j's class mix ~ Dirichlet(0.5), equal shard sizes) that this script draws
+once per data set and m and hands to dpreg as a public client assignment (``sharding=given``): the
+simulated federation's layout, which the guarantee treats as public, as it would the real clients'
+holdings (dpreg itself never shards by label); loss ``logistic-nonconvex-reg``, noise ``tree``,
 every other parameter at its default (Thm 3 with n per client), and in the
 setting "fixed n per client, m=1 plan" with the one-machine run's alpha,
 kappa, batch1 and batch2 at every m (isolates the averaging gain from Thm 3's
@@ -46,6 +49,8 @@ DATASETS = {"ijcnn1": ("ijcnn1.trn.bz2", "ijcnn1.tst.bz2"), "a9a": ("adult.trn.b
 LOSS, NOISE = "logistic-nonconvex-reg", "tree"
 DOC = ROOT / "docs" / "experiment-distributed.md"
 COMMAND = "python benchmarks/experiment_distributed.py"
+#: where the label-skewed layouts (client assignment files) are written (set by main from --raw)
+LAYOUTS = Path("/tmp/dpreg-bench/experiment-distributed-layouts")
 
 
 def load(name):
@@ -57,6 +62,43 @@ def load(name):
     return X, y, Xt, yt
 
 
+def label_skew(y, m, *, beta=0.5, seed=0):
+    """The simulated federation's layout for the "skewed" rows: equal shard
+    sizes, client j's class mix ~ Dirichlet(beta) served while the class
+    lasts, the quota then filled from the classes with most records left.
+    Drawn here, by the experimenter, and given to dpreg as public input
+    (``sharding=given``); returns record i's client."""
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5A4D, int(m)]))
+    classes = np.unique(y)
+    pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in classes]
+    sizes = [len(a) for a in np.array_split(np.arange(len(y)), m)]
+    owner = np.empty(len(y), dtype=np.int64)
+    for j in range(m):
+        want = np.floor(rng.dirichlet(np.full(classes.size, float(beta))) * sizes[j]).astype(int)
+        take = []
+        for c, k in enumerate(want):
+            k = min(int(k), len(pools[c]))
+            take += pools[c][:k]
+            del pools[c][:k]
+        while len(take) < sizes[j]:
+            c = int(np.argmax([len(pl) for pl in pools]))
+            k = min(sizes[j] - len(take), len(pools[c]))
+            take += pools[c][:k]
+            del pools[c][:k]
+        owner[np.asarray(take, dtype=np.int64)] = j
+    return owner
+
+
+def layout_file(y, m, directory):
+    """The label-skewed layout of ``y`` over m clients, written as an assignment file."""
+    import hashlib
+
+    path = Path(directory) / f"skew-m{m}-{hashlib.blake2b(np.ascontiguousarray(y).tobytes(), digest_size=8).hexdigest()}.txt"
+    if not path.exists():
+        np.savetxt(path, label_skew(y, m), fmt="%d")
+    return str(path)
+
+
 def one_run(reg, X, y, Xt, yt, *, m, sharding, eps, seed, select=False, fixed=None):
     from dpreg.accounting import RdpAccountant
     from dpreg.params import bind
@@ -65,7 +107,9 @@ def one_run(reg, X, y, Xt, yt, *, m, sharding, eps, seed, select=False, fixed=No
     loss = reg.get("loss", LOSS)
     pb = Problem(loss, X, y)
     cls = reg.get("algorithm", "distributed-spider")
-    params = {"clients": m, "sharding": sharding}
+    params = {"clients": m, "sharding": "iid"}
+    if sharding == "skewed (given)":
+        params.update(sharding="given", assignment=layout_file(y, m, LAYOUTS))
     if select:
         params["select"] = "distributed-selection"
     params.update(fixed or {})
@@ -120,6 +164,9 @@ def main(argv=None):
     seeds = range(5 if args.full else (1 if args.quick else 3))
     datasets = ("ijcnn1",) if args.quick else tuple(DATASETS)
     Path(args.raw).parent.mkdir(parents=True, exist_ok=True)
+    global LAYOUTS
+    LAYOUTS = Path(args.raw).parent / "experiment-distributed-layouts"
+    LAYOUTS.mkdir(exist_ok=True)
     from dpreg.errors import ParameterError
 
     rows, refused = [], []
@@ -132,7 +179,7 @@ def main(argv=None):
             for seed in seeds:
                 base = None
                 for m in ms:
-                    for sharding in (("iid",) if m == 1 else ("iid", "dirichlet")):
+                    for sharding in (("iid",) if m == 1 else ("iid", "skewed (given)")):
                         # fixed n per client: the first m * n_client records of a public permutation
                         keep = np.sort(np.random.default_rng(17).permutation(N)[: m * n_client])
 
@@ -204,7 +251,8 @@ batch floors sized for the server's average of m messages):
   rounds) than m = 4 (0.014, 40 rounds): its small alpha makes kappa small,
   so most queries are O1 refreshes of b1 = N/8 records; a property of
   perturbed-sgd's practical kappa at small alpha, not of distribution.
-* **iid vs Dirichlet(0.5) label skew**: within the seed spread everywhere
+* **iid vs the label-skewed layout** (Dirichlet(0.5) class mixes, given as a
+  public assignment): within the seed spread everywhere
   (fixed total, eps = 1: IJCNN1 m = 2, 4, 8: 0.0147 / 0.0143, 0.0171 / 0.0185,
   0.0275 / 0.0274 iid / skewed; a9a 0.0233 / 0.0205, 0.0683 / 0.0708, 0.0584 /
   0.0589).  Shards have equal sizes, so the average of the clients'

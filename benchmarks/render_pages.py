@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 #: columns every page reads
-BASE_COLUMNS = ("algo", "noise", "loss", "data", "epsilon", "delta", "seed", "status", "error")
+BASE_COLUMNS = ("algo", "noise", "loss", "data", "epsilon", "delta", "status", "error")
 SOSP_COLUMNS = BASE_COLUMNS + (
     "n", "d", "data_access", "noise_multiplier", "iterations", "records_used", "gradient_evaluations", "alpha",
     "kappa", "batch1", "batch2", "o1_refreshes", "escape_tests", "test_accuracy", "train_loss", "train_grad_norm",
@@ -51,6 +51,8 @@ def load_table(path: str, needed: tuple[str, ...]) -> list[dict]:
     if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
         raise TableError(f"{p} is not a sweep table (a non-empty list of rows)")
     missing = [c for c in needed if any(c not in r for r in rows)]
+    if any(r.get("seed") is None and r.get("replicate") is None for r in rows):
+        missing.append("seed or replicate")
     if missing:
         raise TableError(f"{p} lacks column(s) {', '.join(missing)} needed by this page: rebuild it by rerunning "
                          f"the same `dpreg sweep CONFIG --out-dir DIR` with this dpreg (finished cells are not rerun)")
@@ -106,11 +108,19 @@ def ordered_groups(rows, key):
     return out
 
 
+def run_id(r) -> str:
+    """A row's run within its cell: ``seed S`` in a seeded sweep, else ``replicate K``."""
+    return f"seed {r['seed']}" if r.get("seed") is not None else f"replicate {r['replicate']}"
+
+
 def _seeds_text(rows) -> str:
-    seeds = sorted({int(r["seed"]) for r in rows})
-    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
-        return f"{seeds[0]}–{seeds[-1]}"
-    return ", ".join(map(str, seeds))
+    """``seeds 0–4`` (a seeded sweep) or ``replicates 0–4`` (secret randomness)."""
+    seeded = all(r.get("seed") is not None for r in rows)
+    what = "seeds" if seeded else "replicates (secret randomness)"
+    ids = sorted({int(r["seed"] if seeded else r["replicate"]) for r in rows})
+    if ids == list(range(ids[0], ids[-1] + 1)) and len(ids) > 2:
+        return f"{what} {ids[0]}–{ids[-1]}"
+    return f"{what} " + ", ".join(map(str, ids))
 
 
 def _deltas(rows, spec: str) -> str:
@@ -122,7 +132,7 @@ def _errors_section(rows) -> list[str]:
     if not bad:
         return []
     return ["## Failed cells", ""] + [f"- {r['data']}, {r['loss']}, {label(r)}, ε = {r['epsilon']:g}, "
-                                      f"seed {r['seed']}: {r['error']}" for r in bad] + [""]
+                                      f"{run_id(r)}: {r['error']}" for r in bad] + [""]
 
 
 def _minmax(rows, col) -> str:
@@ -153,7 +163,7 @@ def render_sosp(rows: list[dict], source: str = "RESULTS") -> str:
          "the tables below.", "",
          f"**Grid** (read off the table): data {', '.join(sorted({r['data'] for r in ok}))}; losses "
          f"{', '.join(dict.fromkeys(r['loss'] for r in ok))}; ε ∈ {{{', '.join(f'{e:g}' for e in eps)}}}; "
-         f"δ = {_deltas(ok, '.3g')} (the pipeline's default); seeds "
+         f"δ = {_deltas(ok, '.3g')} (the pipeline's default); "
          f"{_seeds_text(ok)} ({'/'.join(map(str, n_seeds))} per method and ε); {len(rows)} cells, "
          f"{len(rows) - len(ok)} failed.  Every algorithm with its default parameters, exactly as `dpreg run` "
          "runs it (`dpreg info NAME`).", "",
@@ -244,7 +254,7 @@ def _gap(g):
 
 def _same(g, t, col) -> bool:
     """Every seed's value of ``col`` equal (to 1e-9 relative) between the two noises."""
-    gs, ts = {r["seed"]: r.get(col) for r in g}, {r["seed"]: r.get(col) for r in t}
+    gs, ts = {run_id(r): r.get(col) for r in g}, {run_id(r): r.get(col) for r in t}
     if set(gs) != set(ts) or any(v is None for v in (*gs.values(), *ts.values())):
         return False
     return all(abs(gs[s] - ts[s]) <= 1e-9 * max(abs(gs[s]), abs(ts[s]), 1e-300) for s in gs)
@@ -393,7 +403,7 @@ def render_warm_start(rows: list[dict], source: str = "RESULTS") -> str:
          f"sin|w|^2) + x^T w, x uniform in the unit ball, data set `{first['data']}` (n = {first['n']}, "
          f"d = {first['d']}), iterates projected onto the ball of radius 2; δ = "
          f"{_deltas(ok, 'g')} (1/n^1.5); RDP accounting, Gaussian "
-         f"noise; ε ∈ {{{', '.join(f'{e:g}' for e in eps)}}}; seeds {_seeds_text(ok)}.  DP-SGD and DP-SPIDER "
+         f"noise; ε ∈ {{{', '.join(f'{e:g}' for e in eps)}}}; {_seeds_text(ok)}.  DP-SGD and DP-SPIDER "
          "run 100 iterations; the warm start runs T1 DP-SGD steps then T2 DP-SPIDER steps in one accountant, "
          "T1 + T2 = 100 as in the paper's code (section 9's text says 50); the step sizes, phase lengths, T1 "
          "and the warm stage's budget share are App. G's (the `parameters` column).", "",

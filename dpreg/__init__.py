@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from .errors import DpregWarning, PrivacyWarning
 from .hookspecs import hookimpl
 
 __version__ = "0.1.0"
-__all__ = ["hookimpl", "run", "load_model", "__version__"]
+__all__ = ["hookimpl", "run", "load_model", "PrivacyWarning", "DpregWarning", "__version__"]
 
 
 def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = "logistic",
@@ -26,9 +27,9 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         scaling_share: float = 0.1, alpha: float | None = None, select: str | None = None,
         select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
         progress: Callable[[int, int], None] | None = None,
-        warn: Callable[[str], None] | None = None, backend: str | None = None, scheduler: str | None = None,
-        workers: int | None = None, worker_threads: int | None = None, worker_memory: Any = None,
-        scheduler_timeout: float = 10.0) -> dict:
+        warn: Callable[[str], None] | bool | None = None, backend: str | None = None,
+        scheduler: str | None = None, workers: int | None = None, worker_threads: int | None = None,
+        worker_memory: Any = None, scheduler_timeout: float = 10.0) -> dict:
     """Run one pipeline, exactly as ``dpreg run`` does, and return its record
     (``{"release": ..., "diagnostics": ...}``).
 
@@ -45,6 +46,11 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     on Dask workers (``scheduler``, ``workers``, ...: :mod:`dpreg.backends`,
     docs/scale-out.md).  See :class:`dpreg.pipeline.RunConfig` for the other
     options.
+
+    Privacy warnings (seeded randomness, delta >= 1/n, a schema inferred from
+    the data) are raised with :func:`warnings.warn` as
+    :class:`dpreg.PrivacyWarning` (a ``UserWarning``); ``warn=callable``
+    sends them to that function instead, ``warn=False`` drops them.
     """
     from .params import practitioner_params
     from .pipeline import RunConfig, run_pipeline

@@ -61,11 +61,32 @@ def _interrupted(exc: BaseException) -> bool:
     return False
 
 
+def _warning_printer(show):
+    """A ``warnings.showwarning`` that prints a :class:`~dpreg.errors.DpregWarning`
+    as ``warning: <message>`` on stderr and leaves every other warning to ``show``."""
+    from .errors import DpregWarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DpregWarning):
+            click.echo(f"warning: {message}", err=True)
+        else:
+            show(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
 class _Group(click.Group):
     """A click group whose own usage errors (a bad option value, an unknown
     option) also print one line ``error: ...`` on stderr and exit with status 2."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        import warnings
+
+        with warnings.catch_warnings():  # dpreg's own warnings as one line each, as the run's
+            warnings.showwarning = _warning_printer(warnings.showwarning)
+            return self._main(args, prog_name, complete_var, standalone_mode, **extra)
+
+    def _main(self, args, prog_name, complete_var, standalone_mode, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         try:

@@ -127,6 +127,10 @@ class DatasetSource:
     #: (one-hot indicators, features generated at unit scale): ``--scaling
     #: auto`` then applies no per-feature map and spends nothing on one
     common_scale: bool = False
+    #: the source's records are public (shipped with dpreg, or generated): what
+    #: dpreg derives from them (the diagnostics' optimum) may be cached on disk
+    #: by default (:mod:`dpreg.usercache`); never set it for private data
+    public: bool = False
 
 
 def is_sparse(X) -> bool:

@@ -38,3 +38,16 @@ class BudgetExceededError(DpregError):
     Raised *before* the release happens: nothing noisy has been computed or
     returned for the refused release.
     """
+
+
+class DpregWarning(UserWarning):
+    """A warning dpreg raises with :func:`warnings.warn` (a ``UserWarning``:
+    ``-W error::UserWarning`` turns it into an exception)."""
+
+
+class PrivacyWarning(DpregWarning):
+    """A condition that weakens or qualifies a run's privacy guarantee: seeded
+    randomness, delta >= 1/n, a schema or class set read off the data, a cache
+    directory refused.  From Python (:func:`dpreg.run`,
+    :class:`dpreg.sklearn.DPClassifier`) it is raised with :func:`warnings.warn`;
+    the CLI prints each once as ``warning: ...``."""

@@ -447,6 +447,26 @@ class Algorithm(ABC):
     #: (the problem's initial point).  Algorithms that read it set ``honours_init = True`` and
     #: start from :meth:`initial_point`.
     init: np.ndarray | None = None
+    #: white-box audits (:mod:`dpreg.audit`): None, or a callable that
+    #: :meth:`released` shows every noisy release made outside a noise
+    #: mechanism, as ``(label, value)``; it never changes the run
+    release_observer: Callable[[str, np.ndarray], None] | None = None
+
+    @classmethod
+    def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
+        """The mechanisms behind a run's releases, for the release's privacy
+        statement: one dict per mechanism with ``what`` (which releases),
+        ``noise`` (the mechanism) and ``noise_multiplier`` (noise std over
+        sensitivity) or ``epsilon_share`` (a pure epsilon-DP step).  ``info``
+        is the run's :attr:`RunOutput.info`, ``noise`` the ``--noise`` plugin's
+        name (None for an algorithm that takes none).  The default is one
+        mechanism, ``info["noise_multiplier"]`` through ``noise`` (else
+        Gaussian); an algorithm with other or more mechanisms overrides it (the
+        statement must list every one)."""
+        z = info.get("noise_multiplier") if isinstance(info, dict) else None
+        if z is None:
+            return []
+        return [{"what": f"{cls.name} releases", "noise": noise or "gaussian", "noise_multiplier": float(z)}]
 
     @classmethod
     def relation_for(cls, params: dict[str, Any]) -> str:
@@ -490,6 +510,16 @@ class Algorithm(ABC):
         mechanisms.  Every mechanism draw (noise, sampling, permutation,
         perturbation, selector noise) comes from such a stream."""
         return np.random.SeedSequence([self.seed] + [ord(c) for c in stream])
+
+    def released(self, label: str, value: np.ndarray) -> np.ndarray:
+        """Return ``value`` - a noisy release the algorithm has just charged and
+        computed outside a noise mechanism (a trust-region step's gradient or
+        Hessian) - after showing it to :attr:`release_observer`, if set.  The
+        white-box audit reads such releases; noise mechanisms' releases it
+        reads from the mechanism itself."""
+        if self.release_observer is not None:
+            self.release_observer(label, value)
+        return value
 
     def rng(self, stream: str) -> np.random.Generator:
         """A Generator for a named stream (see :meth:`seed_sequence`)."""

@@ -102,8 +102,10 @@ class RunConfig:
     #: True (everything), "light" (counts and accounting, no evaluation) or False (the release alone)
     diagnostics: bool | str = True
     progress: Callable[[int, int], None] | None = None
-    #: called with (message) for one-line warnings (the CLI prints them)
-    warn: Callable[[str], None] | None = None
+    #: privacy warnings (one line each): None raises them with ``warnings.warn`` as
+    #: :class:`dpreg.PrivacyWarning`; a callable gets each message instead (the CLI
+    #: prints them); False drops them
+    warn: Callable[[str], None] | bool | None = None
     #: called with the name of each stage (loading data, kernels, running, evaluating)
     stage: Callable[[str], None] | None = None
     #: numba threads for the kernels (None: numba's default, all cores)
@@ -285,6 +287,26 @@ def _validate(cfg: RunConfig, reg):
     return algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls, sel_opts
 
 
+def privacy_warner(warn) -> Callable[[str], None]:
+    """The function a run reports its privacy warnings through: ``warn`` if
+    callable, nothing for False, else :func:`warnings.warn` with
+    :class:`dpreg.PrivacyWarning` (aimed at the caller of :func:`dpreg.run`
+    or of ``DPClassifier.fit``)."""
+    if callable(warn):
+        return warn
+    if warn is False:
+        return lambda msg: None
+
+    def raise_warning(msg: str) -> None:
+        import warnings
+
+        from .errors import PrivacyWarning
+
+        warnings.warn(msg, PrivacyWarning, stacklevel=4)
+
+    return raise_warning
+
+
 def _pipeline_rng(cfg: RunConfig, root: int, stream: int) -> np.random.Generator:
     """A mechanism Generator of the pipeline itself (scaling, selection),
     from the run's secret root."""
@@ -306,7 +328,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
         return run_sharded(cfg)
     t_start = time.perf_counter()
-    warn = cfg.warn or (lambda msg: None)
+    warn = privacy_warner(cfg.warn)
     stage = cfg.stage or (lambda name: None)
     reg = get_registry()
     algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls, sel_opts = _validate(cfg, reg)
@@ -466,7 +488,8 @@ def run_pipeline(cfg: RunConfig) -> dict:
         record["diagnostics"] = _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred,
                                              selection, scaling_info,
                                              {"total_s": time.perf_counter() - t_start, "data_s": t_data,
-                                              "compile_s": t_compile, "run_s": t_run})
+                                              "compile_s": t_compile, "run_s": t_run},
+                                             public_data=bool(getattr(tr.source, "public", False)))
     if cfg.out is not None and cfg.write_record:
         from .interrupts import check
 
@@ -519,11 +542,7 @@ def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = N
 
 def privacy_statement(accountant, algo_cls, noise_name, info, cfg, n, scaling_info, eps_sel) -> dict:
     """The release's privacy statement: what is protected and how."""
-    mechanisms = []
-    z = info.get("noise_multiplier") if isinstance(info, dict) else None
-    if z is not None:
-        mechanisms.append({"what": f"{algo_cls.name} releases", "noise": noise_name or "gaussian",
-                           "noise_multiplier": float(z)})
+    mechanisms = list(algo_cls.release_mechanisms(info if isinstance(info, dict) else {}, noise_name))
     if scaling_info is not None:
         mechanisms.append({"what": "private feature scales", "noise": "gaussian",
                            "noise_multiplier": scaling_info["noise_multiplier"],
@@ -604,14 +623,16 @@ def _optimum_key(problem, max_iter: int) -> bytes:
 _OPTIMUM_FORMAT = 1
 
 
-def _optimum_file(key: bytes):
+def _optimum_file(key: bytes, public: bool):
     """Where the optimum of ``key`` is kept on disk: ``optima/<key>.npy`` in the
-    user data cache (:mod:`dpreg.usercache`), or None when the data caches
-    are disabled (``DPREG_DATA_CACHE=0``)."""
-    from .usercache import cache_root
+    user data cache, or None when it is not kept (:mod:`dpreg.usercache`: by
+    default only the optima of public data sets; those of the user's data
+    with ``DPREG_DATA_CACHE=1``)."""
+    from .usercache import cache_root, safe_dir
 
-    root = cache_root()
-    return None if root is None else root / "optima" / f"{key.hex()}.npy"
+    root = cache_root(public=public)
+    d = None if root is None else safe_dir(root / "optima")
+    return None if d is None else d / f"{key.hex()}.npy"
 
 
 def _read_optimum(file, d: int):
@@ -628,14 +649,15 @@ def _write_optimum(file, w) -> None:
     store(file, lambda fh: np.save(fh, np.ascontiguousarray(w, dtype=np.float64), allow_pickle=False))
 
 
-def nonprivate_optimum(problem, max_iter: int = 200):
+def nonprivate_optimum(problem, max_iter: int = 200, *, public: bool = False):
     """A non-private minimiser of the empirical loss (L-BFGS from 0, capped
     iterations): a reference for how much of the gap a private model closed.
     None when the problem is too large for a cheap reference.  Solved once for
-    the same data and loss: kept in this process (:data:`_OPTIMA`) and in the
-    user data cache (:func:`_optimum_file`; ``DPREG_DATA_CACHE=0`` turns it
-    off), keyed by content (:func:`_optimum_key`, which includes scipy's
-    version); a copy is returned.  The solve is most of a warm ``dpreg run``'s
+    the same data and loss: kept in this process (:data:`_OPTIMA`) and on disk
+    in the user data cache (:func:`_optimum_file`) when the data are public
+    (``public=True``: a data set that declares itself public) or the user
+    opted in (``DPREG_DATA_CACHE=1``), keyed by content (:func:`_optimum_key`,
+    which includes scipy's version); a copy is returned.  The solve is most of a warm ``dpreg run``'s
     diagnostics (on adult, the record's ``diagnostics.timing.eval_s``: 2.74 s
     with the optimum not yet cached, then 0.37 and 0.41 s)."""
     if problem.n * problem.d > 5e7:
@@ -647,7 +669,7 @@ def nonprivate_optimum(problem, max_iter: int = 200):
     if key in _OPTIMA:
         w = _OPTIMA[key]
         return None if w is None else w.copy()
-    file = _optimum_file(key)
+    file = _optimum_file(key, public)
     w = None if file is None else _read_optimum(file, problem.d)
     if w is None:
         w = _solve_optimum(problem, max_iter)
@@ -675,7 +697,7 @@ def _solve_optimum(problem, max_iter: int):
 
 
 def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selection, scaling_info,
-                 timing) -> dict:
+                 timing, public_data: bool = False) -> dict:
     from . import interrupts, metrics
 
     t0 = time.perf_counter()
@@ -700,7 +722,7 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
     if test_problem is not None:
         ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test")) or {})
         base.update(guarded("test baselines", lambda: _baselines(test_problem, "test")) or {})
-    w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem))
+    w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem, public=public_data))
     if w_np is not None:
         base["nonprivate_train_loss"] = float(problem.value(w_np))
         if problem.loss.classifier:

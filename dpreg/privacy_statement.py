@@ -30,9 +30,11 @@ def render(release: dict, width: int = 88) -> str:
     para = []
     para.append(
         f"This model was trained with {c['algo']} ({c.get('paper') or 'see dpreg info'}) on {pr['n']} "
-        f"records of {c['data']} with loss {c['loss']}. It is ({pr['epsilon']:.4g}, {pr['delta']:.3g})-"
-        f"differentially private (budget epsilon {pr['epsilon_budget']:g}), as composed by the "
-        f"{pr['accountant']} accountant over every noisy release of the run.")
+        f"records of {c['data']} with loss {c['loss']}. It is (ε,\u00a0δ)-differentially private with "
+        f"ε = {pr['epsilon']:.4g} and δ = {pr['delta']:.3g} (the budget was ε = {pr['epsilon_budget']:g}), as "
+        f"composed by the {pr['accountant']} accountant over every noisy release of the run: on two data sets "
+        f"that differ in one record (the relation below), the probability of any outcome differs by at most a "
+        f"factor e^ε = {_exp(pr['epsilon'])}, except with probability at most δ.")
     para.append(
         f"Unit of privacy: {pr['unit']}. Neighbouring relation: {pr['relation_text']}. The number of "
         f"records n = {pr['n']} is treated as public, as in Opacus and TensorFlow Privacy. Each record's "
@@ -59,3 +61,12 @@ def render(release: dict, width: int = 88) -> str:
         "Laplace and Gumbel samplers of numpy are exposed to the known floating-point attacks "
         "(Mironov 2012); see the README's privacy model.")
     return "\n\n".join(textwrap.fill(p, width) for p in para)
+
+
+def _exp(eps) -> str:
+    import math
+
+    try:
+        return f"{math.exp(float(eps)):.3g}"
+    except (OverflowError, TypeError, ValueError):
+        return "inf"

@@ -1,4 +1,5 @@
-"""The JSON run record and its atomic writing."""
+"""The JSON run record and its atomic writing (:func:`write_atomic`; cache
+entries are written with ``private=True``: mode 0600 from creation)."""
 from __future__ import annotations
 
 import json
@@ -80,19 +81,21 @@ def free_name(path: str) -> str:
     return f"{stem}-{k}{suffix}"
 
 
-def write_atomic(path: str, text) -> None:
+def write_atomic(path: str, text, *, private: bool = False) -> None:
     """Write ``text`` (a str, written with a final newline, or a function
     that writes bytes to the binary file object it is given) to ``path`` via a
     temporary file and rename: a reader sees the whole file or nothing, and a
-    failure leaves no partial file.  A replaced file keeps its permission bits;
-    a non-regular file is never replaced (DpregError)."""
+    failure leaves no partial file.  A replaced file keeps its permission bits
+    (a new one gets 0666 less the umask), except with ``private=True``: the
+    file is then 0600 from its creation (``mkstemp``'s mode, never widened) to
+    its rename.  A non-regular file is never replaced (DpregError)."""
     d = os.path.dirname(os.path.abspath(path)) or "."
     mode = None
     if os.path.lexists(path):
         if not os.path.isfile(path):
             raise DpregError(f"output path {path} is not a regular file; not replacing it")
         mode = os.stat(path).st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(prefix=".dpreg-", suffix=".tmp", dir=d)
+    fd, tmp = tempfile.mkstemp(prefix=".dpreg-", suffix=".tmp", dir=d)  # created 0600
     try:
         if callable(text):
             with os.fdopen(fd, "wb") as fh:
@@ -101,7 +104,8 @@ def write_atomic(path: str, text) -> None:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
                 fh.write("\n")
-        os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
+        if not private:
+            os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -12,17 +12,20 @@ array or a ``scipy.sparse.csr_matrix``:
   densified;
 * **dense** (C-contiguous float64) otherwise.
 
-Parsed-array cache: parsing a compressed text file costs seconds (IJCNN1:
-1.7 s, of which bz2 is about half), every time.  The raw parse (CSR with the
-file's own indices, and the labels) is stored in the user cache directory -
-``$DPREG_CACHE_DIR``, else ``$XDG_CACHE_HOME/dpreg``, else ``~/.cache/dpreg`` -
-under ``svmlight/<blake2b of the file's bytes>.npz``: keyed by the *content*,
-so an edited or replaced file is parsed again, and a renamed or copied one is
-not.  Set ``DPREG_DATA_CACHE=0`` to disable it (nothing read or written).  A
-cache entry that cannot be read is ignored and rewritten; an unwritable cache
-directory only costs the speed-up.  The cache holds a copy of the data: treat
-the directory with the data's own confidentiality (it also holds the
-diagnostics' non-private optima: :mod:`dpreg.usercache`).
+Parsed-array cache (opt-in: ``DPREG_DATA_CACHE=1``): parsing a compressed
+text file costs seconds (IJCNN1: 1.7 s, of which bz2 is about half), every
+time.  With the opt-in, the raw parse (CSR with the file's own indices, and
+the labels) is stored in the user cache directory - ``$DPREG_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/dpreg``, else ``~/.cache/dpreg`` - under
+``svmlight/<blake2b of the file's bytes>.npz``: keyed by the *content*, so an
+edited or replaced file is parsed again, and a renamed or copied one is not.
+The entry is a copy of the data: it is written 0600 in 0700 directories and
+stays readable by its owner until removed, whatever becomes of the original
+file, which is why it is kept only on request (:mod:`dpreg.usercache`: the
+privacy rules, the refused directories).  Without the opt-in
+(``DPREG_DATA_CACHE`` unset or 0) nothing is read or written.  A cache
+entry that cannot be read is ignored and rewritten; an unusable cache
+directory only costs the speed-up.
 
 Index base and feature count are applied after the (cached) parse, so they
 never change the cache key: ``zero_based="auto"`` takes the file as one-based
@@ -46,12 +49,13 @@ _CACHE_FORMAT = 1
 
 
 def cache_dir() -> Path | None:
-    """The parsed-array cache directory, or None when disabled
-    (``DPREG_DATA_CACHE=0``)."""
-    from .usercache import cache_root
+    """The parsed-array cache directory (0700), or None unless the user opted
+    in (``DPREG_DATA_CACHE=1``) and the directory is theirs alone
+    (:mod:`dpreg.usercache`)."""
+    from .usercache import cache_root, safe_dir
 
-    root = cache_root()
-    return None if root is None else root / "svmlight"
+    root = cache_root(public=False)
+    return None if root is None else safe_dir(root / "svmlight")
 
 
 def content_hash(path: str) -> str:

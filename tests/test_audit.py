@@ -120,9 +120,11 @@ def test_audit_passes_correct_implementations(spec):
     assert r.epsilon_lower <= r.epsilon_claimed
 
 
+@pytest.mark.slow
 def test_audit_has_power_on_a_correct_mechanism():
     """The audit is not vacuous: on the Gaussian mechanism at eps = 4 it
-    certifies a clearly positive lower bound (still below the claim)."""
+    certifies a clearly positive lower bound (still below the claim).  (The
+    white-box audit's power on every mechanism: tests/test_audit_white_box.py.)"""
     r = run_audit(AuditConfig(noise="gaussian", trials=2000, epsilon=4.0, seed=0, participation="disjoint"))
     assert 0.5 < r.epsilon_lower <= r.epsilon_claimed
 
@@ -216,7 +218,7 @@ def test_audit_subprocess():
     assert "VIOLATION" in p.stdout
 
 
-# ------------------------------------- issue 10, finding 9: an audit that can fail
+# ----------------------------------------------------- an audit that can fail
 def test_gaussian_epsilon_matches_dp_accounting():
     """The exact Gaussian-mechanism epsilon used by method=gaussian agrees with
     dp-accounting's PLD of one Gaussian (noise multiplier 1/mu)."""
@@ -248,12 +250,13 @@ def test_gaussian_lower_bound_covers_the_truth():
     assert np.median(got) > 0.5 * true
 
 
+@pytest.mark.slow
 def test_audit_catches_the_undercharged_tree():
     """The tree charged one Gaussian per leaf instead of L (5 levels for 16
     adds; the canary's leaf is in 5 released nodes: true epsilon about 2.2 at
-    a claimed 1) is caught from the released sequence; the correct tree passes.
-    (Clopper-Pearson needs tens of thousands of trials for this gap: see the
-    module docstring of dpreg.audit.)"""
+    a claimed 1) is caught end to end from the released sequence; the correct
+    tree passes.  (The white-box audit catches it in a fraction of the runs:
+    tests/test_audit_white_box.py.)"""
     common = dict(noise="tree", participation="disjoint", steps=16, epsilon=1.0, trials=1000, seed=0,
                   method="gaussian")
     bad = run_audit(AuditConfig(fault="tree-one-level", **common))
@@ -282,3 +285,42 @@ def test_audit_method_and_fault_errors():
         run_audit(AuditConfig(algo="dp-sgd", method="gaussian", trials=40))
     with pytest.raises(ParameterError, match="tree"):
         run_audit(AuditConfig(noise="gaussian", fault="tree-one-level", trials=40))
+
+
+# ------------------------------------------------------- test-only fault injection
+def test_faults_parse_and_refuse_bad_names():
+    from dpreg.testing.faults import NoiseScale, parse_fault
+
+    f = parse_fault("noise-scale=0.5@hessian")
+    assert isinstance(f, NoiseScale) and f.scale == 0.5 and f.stream == "hessian" and f.needs_algorithm
+    assert parse_fault(None) is None and not parse_fault("noise-scale=2").needs_algorithm
+    for bad in ("noise-scale=0", "noise-scale=x", "noise-scale=0.5@", "bogus"):
+        with pytest.raises(ParameterError):
+            parse_fault(bad)
+
+
+def test_stream_fault_scales_only_its_streams():
+    from dpreg.testing.faults import parse_fault
+
+    f = parse_fault("noise-scale=0.25@hessian")
+    g = f.rng("dp-trust-region hessian noise", np.random.default_rng(1))
+    assert g.standard_normal(3) == pytest.approx(np.random.default_rng(1).standard_normal(3) * 0.25)
+    h = np.random.default_rng(1)
+    assert f.rng("dp-trust-region gradient noise", h) is h
+    assert f.noise(dict) is dict  # a stream fault leaves noise mechanisms alone
+
+
+def test_structural_faults_need_their_mechanism():
+    with pytest.raises(ParameterError, match="sqrt-factorization"):
+        run_audit(AuditConfig(noise="tree", participation="disjoint", fault="no-column-norm", trials=20))
+    with pytest.raises(ParameterError, match="no-running-max needs"):
+        run_audit(AuditConfig(noise="gaussian", participation="disjoint", fault="no-running-max", trials=20))
+
+
+def test_trials_are_bounded():
+    from dpreg.audit import MAX_TRIALS
+
+    with pytest.raises(ParameterError, match="at most"):
+        run_audit(AuditConfig(noise="gaussian", trials=MAX_TRIALS + 1))
+    with pytest.raises(ParameterError, match="trials"):
+        run_audit(AuditConfig(noise="gaussian", trials=True))

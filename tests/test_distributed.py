@@ -66,7 +66,7 @@ def test_one_client_is_perturbed_sgd_bit_for_bit(registry, pb, noise, passes):
 
 @pytest.mark.slow  # Dask worker processes (about 5-15 s to start on 2 busy cores)
 def test_dask_backend_equals_local_bit_for_bit_four_clients(registry, pb, cluster):
-    kw = dict(clients=4, sharding="dirichlet", beta=1.0, select="distributed-selection")
+    kw = dict(clients=4, sharding="contiguous", select="distributed-selection")
     loc, acc_l = _algo(registry, "distributed-spider", pb, **kw)
     dsk, acc_d = _algo(registry, "distributed-spider", pb, backend="dask", scheduler=cluster, **kw)
     ol, od = loc.run(), dsk.run()
@@ -152,7 +152,7 @@ def test_lost_worker_aborts_with_one_line_and_no_record(registry, tmp_path, monk
 
 # ----------------------------------------------------------------- privacy
 def test_reported_epsilon_is_max_over_client_accountants(registry, pb):
-    algo, acc = _algo(registry, "distributed-spider", pb, clients=3, sharding="dirichlet", beta=0.5, passes=3)
+    algo, acc = _algo(registry, "distributed-spider", pb, clients=3, sharding="contiguous", passes=3)
     out = algo.run()
     cp = out.info["client_privacy"]
     eps = [c["epsilon_spent"] for c in cp]
@@ -299,97 +299,88 @@ def test_defaults_learn_on_adult():
 
 
 # ---------------------------------------------------------------- sharding
-def test_sharding_is_deterministic_disjoint_and_skewed():
-    rng = np.random.default_rng(0)
-    y = np.where(rng.random(5000) < 0.5, 1.0, -1.0)
-    one = shard(y, 1)
-    assert np.array_equal(one[0][0], np.arange(5000)) and one[0][1].size == 0
-    for scheme in ("iid", "dirichlet"):
-        a = shard(y, 4, scheme=scheme, beta=0.2, seed=1, selection_fraction=0.2)
-        b = shard(y, 4, scheme=scheme, beta=0.2, seed=1, selection_fraction=0.2)
+def test_sharding_is_deterministic_disjoint_and_public():
+    n = 5000
+    one = shard(n, 1)
+    assert np.array_equal(one[0][0], np.arange(n)) and one[0][1].size == 0
+    given = np.arange(n) % 4
+    for scheme, kw in (("iid", {}), ("contiguous", {}), ("given", {"assignment": given})):
+        a = shard(n, 4, scheme=scheme, seed=1, selection_fraction=0.2, **kw)
+        b = shard(n, 4, scheme=scheme, seed=1, selection_fraction=0.2, **kw)
         assert all(np.array_equal(u[0], v[0]) and np.array_equal(u[1], v[1]) for u, v in zip(a, b))
         allrows = np.concatenate([np.concatenate(p) for p in a])
-        assert np.array_equal(np.sort(allrows), np.arange(5000))  # a partition
+        assert np.array_equal(np.sort(allrows), np.arange(n))  # a partition
         for tr, sel in a:
             assert sel.size == math.ceil(0.2 * (tr.size + sel.size))
-    iid = shard(y, 4, scheme="iid", seed=1)
-    skew = shard(y, 4, scheme="dirichlet", beta=0.1, seed=1)
-    for parts in (iid, skew):  # equal shard sizes (n records per client)
-        assert max(t.size for t, _ in parts) - min(t.size for t, _ in parts) <= 1
-    share = lambda parts: [float(np.mean(y[t] > 0)) for t, _ in parts]  # noqa: E731
-    assert np.ptp(share(iid)) < 0.1
-    assert np.ptp(share(skew)) > 0.3
+        assert max(t.size for t, _ in a) - min(t.size for t, _ in a) <= 1  # equal sizes here
+    blocks = shard(n, 4, scheme="contiguous")
+    assert [(int(t[0]), int(t[-1])) for t, _ in blocks] == [(0, 1249), (1250, 2499), (2500, 3749), (3750, 4999)]
+    mine = shard(n, 4, scheme="given", assignment=given)
+    assert all(np.array_equal(t, np.flatnonzero(given == j)) for j, (t, _) in enumerate(mine))
     with pytest.raises(ParameterError, match="too few"):
-        shard(y[:10], 6)
+        shard(10, 6)
+    for bad in (np.arange(n - 1) % 4, np.arange(n) % 5, -(np.arange(n) % 4)):
+        with pytest.raises(ParameterError, match="client assignment"):
+            shard(n, 4, scheme="given", assignment=bad)
+    with pytest.raises(ParameterError, match="sharding=given"):
+        shard(n, 4, scheme="iid", assignment=given)
 
 
-def test_client_streams_are_distinct_and_one_client_uses_the_single_machine_ones():
-    assert client_stream("perturbed-sgd noise", 0, 1) == "perturbed-sgd noise"
-    names = {client_stream("perturbed-sgd noise", j, 4) for j in range(4)}
-    assert len(names) == 4 and "perturbed-sgd noise" not in names
+@pytest.mark.parametrize("sharding", ["iid", "contiguous", "given"])
+@pytest.mark.parametrize("m", [2, 4])
+def test_flipping_one_label_moves_no_other_record(registry, pb, tmp_path, sharding, m):
+    """The attack on label-dependent sharding: with one record's label flipped
+    (or its features changed), every client holds exactly the same records
+    (training rows and selection share), for every sharding rule."""
+    from dpreg.problem import Problem
+
+    params = dict(clients=m, sharding=sharding, select="distributed-selection")
+    if sharding == "given":
+        f = tmp_path / "clients.txt"
+        f.write_text("\n".join(str(int(j)) for j in np.random.default_rng(m).integers(0, m, pb.n)) + "\n")
+        params["assignment"] = str(f)
+    base, _ = _algo(registry, "distributed-spider", pb, **params)
+    rng = np.random.default_rng(7)
+    for i in rng.choice(pb.n, 5, replace=False):
+        y2, X2 = pb.y.copy(), pb.X.copy()
+        y2[i] = -y2[i]
+        X2[i] = -X2[i]
+        other, _ = _algo(registry, "distributed-spider", Problem(pb.loss, X2, y2), **params)
+        for (tr, sel), (tr2, sel2) in zip(base._shards(), other._shards()):
+            assert np.array_equal(tr, tr2) and np.array_equal(sel, sel2)
 
 
-# ----------------------------------------------------------------- theorem 3
-def test_theorem3_defaults_reduce_to_theorem2_and_scale_with_m():
-    from dpreg_plugins.algorithms.perturbed_sgd import theorem2_alpha, theorem2_kappa
+def test_given_assignment_is_read_and_checked(registry, pb, tmp_path):
+    from dpreg_plugins.algorithms.distributed_core import read_assignment
 
-    args = (5000, 20, 1.0, 1.0, 0.25, 0.1, 1.0)
-    assert ds.theorem3_alpha(*args, m=1) == theorem2_alpha(*args)
-    assert ds.theorem3_kappa(*args, m=1) == theorem2_kappa(*args)
-    # the privacy term sees sqrt(m) n eps: at fixed n the rate improves with m
-    assert ds.theorem3_alpha(*args, m=4) < ds.theorem3_alpha(*args, m=1)
-
-
-# ------------------------------------------------------------------- Alg 4
-def test_selection_release_noise_and_accounting(registry, pb):
-    """The Hessian release is symmetric with upper-triangle noise std
-    z f M / n_s around the clipped mean Hessian; the gradient's std z f C / n_s;
-    the client's selection group spends exactly its calibrated budget."""
-    sel = DistributedSelection(pb, accountant=RdpAccountant(1.0, 1e-5))
-    K = 3
-    z = sel.calibrate(K)
-    acc = RdpAccountant(1.0, 1e-5)
-    assert acc.epsilon_if(selection_event(z, K), "selection") == pytest.approx(1.0, rel=1e-6)
-    rows = np.arange(2000)
-    resid_g, resid_h = [], []
-    G, M, _ = pb.constants()
-    W = np.stack([np.zeros(pb.d), np.full(pb.d, 0.3), np.linspace(-1, 1, pb.d)])
-    iu = np.triu_indices(pb.d)
-    for seed in range(20):
-        node = _client(pb, rows, z=1.0, n_select=1000, seed=seed, registry=registry)
-        g, h = node.selection_release(W, z, z, G, M)
-        assert node.accountant.epsilon_spent == pytest.approx(1.0, rel=1e-6)
-        sp = node.select_problem
-        for k, w in enumerate(W):
-            resid_g.append(g[k] - sp.clipped_grad_sum(w, None, G)[0] / sp.n)
-            resid_h.append(h[k] - sp.hessian(w, None, clip=M)[iu])
-    rg, rh = np.concatenate(resid_g), np.concatenate(resid_h)
-    for r, want in ((rg, z * 2 * G / 1000), (rh, z * 2 * M / 1000)):
-        assert abs(np.var(r) / want ** 2 - 1) < 5 * math.sqrt(2 / r.size)
-        assert abs(np.mean(r)) < 5 * want / math.sqrt(r.size)
+    f = tmp_path / "a.txt"
+    f.write_text("# client of each record\n" + "\n".join(str(i % 3) for i in range(pb.n)) + "\n")
+    np.save(tmp_path / "a.npy", np.arange(pb.n) % 3)
+    assert np.array_equal(read_assignment(str(f), pb.n), np.arange(pb.n) % 3)
+    assert np.array_equal(read_assignment(str(tmp_path / "a.npy"), pb.n), np.arange(pb.n) % 3)
+    algo, _ = _algo(registry, "distributed-spider", pb, clients=3, sharding="given", assignment=str(f))
+    assert [t.size for t, _ in algo._shards()] == [len(range(j, pb.n, 3)) for j in range(3)]
+    f.write_text("0\n1\n")
+    with pytest.raises(ParameterError, match="2 entries for 8000 records"):
+        read_assignment(str(f), pb.n)
+    f.write_text("0.5\n" * pb.n)
+    with pytest.raises(ParameterError, match="one integer per record"):
+        read_assignment(str(f), pb.n)
+    with pytest.raises(ParameterError, match="cannot read"):
+        read_assignment(str(tmp_path / "missing.txt"), pb.n)
+    algo, _ = _algo(registry, "distributed-spider", pb, clients=3, assignment=str(tmp_path / "a.npy"))
+    with pytest.raises(ParameterError, match="goes with sharding=given"):
+        algo._shards()
 
 
-def test_selection_after_a_run_accepts_a_stationary_point_and_rejects_others(registry, pb):
+def test_info_says_the_sharding_is_public():
+    from click.testing import CliRunner
 
-    algo, acc = _algo(registry, "distributed-spider", pb, eps=50.0, clients=2, select="distributed-selection",
-                      selection_fraction=0.5, max_steps=3, batch1=200, batch2=100)
-    out = algo.run()
-    info = out.info["selection"]
-    assert acc.epsilon_spent <= 50.0 * (1 + 1e-9)
-    assert all(c["groups"] == out.info["rounds"] + 1 for c in out.info["client_privacy"])
-    assert info["remark3_holds"] and info["floats_up_per_client"] == info["candidates"] * (6 + 21)
-    # the selector on its own: exact SOSP accepted, a point with a large gradient rejected
-    backend = LocalBackend(algo.client_specs(algo.resolve()))
-    w_star = np.zeros(pb.d)
-    for _ in range(30):  # Newton on the logistic loss (non-private, test set-up only)
-        w_star -= np.linalg.solve(pb.hessian(w_star) + 1e-9 * np.eye(pb.d), pb.gradient(w_star))
-    assert np.linalg.norm(pb.gradient(w_star)) < 1e-8
-    far = -10 * w_star
-    selector = DistributedSelection(pb, accountant=RdpAccountant(50.0, 1e-5), omega=0.5)
-    g_tol, _ = selector.thresholds(alpha=0.01, m=2, n_s=2000, z=selector.calibrate(2))
-    assert np.linalg.norm(pb.gradient(far)) > 2 * g_tol
-    res = selector.select(backend, [far, w_star], alpha=0.01)
-    assert res.index == 1 and np.array_equal(res.w, w_star)
+    from dpreg.cli import cli
+
+    out = " ".join(CliRunner().invoke(cli, ["info", "distributed-spider"]).output.split())
+    assert "by public information only" in out and "never by a label or feature" in out
+    assert "dirichlet" not in out.lower()
 
 
 def test_remark3_bound_matches_the_spec_example():
@@ -406,7 +397,7 @@ def test_cli_run_and_info(tmp_path):
     out = tmp_path / "run.json"
     res = CliRunner().invoke(cli, ["run", "--algo", "distributed-spider", "--noise", "gaussian",
                                    "--data", "synthetic-logistic:n=4000,d=4", "--param", "clients=2",
-                                   "--param", "sharding=dirichlet", "--out", str(out)])
+                                   "--param", "sharding=contiguous", "--out", str(out)])
     assert res.exit_code == 0, res.output
     rec = json.loads(out.read_text())
     ri = rec["diagnostics"]["run_info"]

@@ -1,21 +1,22 @@
 """The non-private reference optimum of the diagnostics is solved once for
-the same data and loss - kept in the process (dpreg.pipeline._OPTIMA) and in
-the user data cache (optima/ beside the parsed-array cache) - and again for
-anything that changes it."""
+the same data and loss - kept in the process (dpreg.pipeline._OPTIMA) and, for
+public data or with the user's opt-in (DPREG_DATA_CACHE=1), in the user data
+cache (optima/ beside the parsed-array cache) - and again for anything that
+changes it."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from dpreg_plugins.losses.linear import Logistic, LogisticNonconvexReg
 
-from dpreg import pipeline
+from dpreg import PrivacyWarning, pipeline
 from dpreg.problem import Problem
 
 
 @pytest.fixture
 def solves(monkeypatch, tmp_path):
     monkeypatch.setenv("DPREG_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("DPREG_DATA_CACHE", raising=False)
+    monkeypatch.setenv("DPREG_DATA_CACHE", "1")  # the user's opt-in: their data's optima are kept too
     calls = []
     real = pipeline._solve_optimum
 
@@ -99,11 +100,24 @@ def test_disabled_or_unwritable_cache_costs_only_the_speed_up(solves, tmp_path, 
     monkeypatch.setenv("DPREG_DATA_CACHE", "0")
     w1 = pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
     assert not (tmp_path / "cache").exists()  # nothing written
-    monkeypatch.delenv("DPREG_DATA_CACHE")
+    monkeypatch.setenv("DPREG_DATA_CACHE", "1")
     blocker = tmp_path / "file"
     blocker.write_text("a file where the cache directory should be")
     monkeypatch.setenv("DPREG_CACHE_DIR", str(blocker))
     pipeline._OPTIMA.clear()
-    w2 = pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
+    with pytest.warns(PrivacyWarning, match="data cache off"):
+        w2 = pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
     np.testing.assert_array_equal(w2, w1)
     assert len(solves) == 2
+
+
+def test_without_the_opt_in_only_public_data_leave_an_optimum_on_disk(solves, tmp_path, monkeypatch):
+    """Default (DPREG_DATA_CACHE unset): the optimum of the user's data stays in
+    the process; a public data set's (public=True) is kept on disk."""
+    monkeypatch.delenv("DPREG_DATA_CACHE")
+    X, y = data()
+    pipeline.nonprivate_optimum(Problem(Logistic(), X, y))
+    assert not (tmp_path / "cache").exists()
+    pipeline._OPTIMA.clear()
+    pipeline.nonprivate_optimum(Problem(Logistic(), X, y), public=True)
+    assert len(solves) == 2 and len(list((tmp_path / "cache" / "optima").glob("*.npy"))) == 1

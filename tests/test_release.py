@@ -73,6 +73,73 @@ def test_privacy_statement_fields():
     assert pr["delta"] == pytest.approx(min(1e-5, 1 / 30000))
 
 
+def _algorithms():
+    from dpreg.registry import get_registry
+
+    return get_registry().names("algorithm")
+
+
+#: small, fast settings per algorithm (the rest at its defaults)
+SMALL = {"dp-gd": {"steps": 5}, "dp-sgd": {"steps": 5}, "dp-spider": {"steps": 6},
+         "dp-trust-region": {"steps": 4}, "dp-stochastic-trust-region": {"steps": 4}}
+#: runs that add a mechanism to the algorithm's own (a selection stage)
+EXTRA = [("warm-start", {"warm": "exponential", "select": "above-threshold", "alpha": 0.5,
+                         "then_params": "steps=6"}),
+         ("distributed-spider", {"select": "distributed-selection"})]
+
+
+@pytest.mark.parametrize("algo,params", [(a, SMALL.get(a, {})) for a in _algorithms()] + EXTRA)
+def test_every_algorithm_lists_its_mechanisms(algo, params):
+    """The release's privacy statement names every mechanism of the run - each
+    with its noise and its multiplier (or its share of a pure-DP budget) - and
+    the plain-words statement shows them."""
+    from dpreg.privacy_statement import render
+
+    rec = dpreg.run(algo=algo, data="synthetic-logistic:n=2000,d=4", params=params, warn=False,
+                    diagnostics="light")
+    pr = rec["release"]["privacy"]
+    mech = pr["mechanisms"]
+    assert mech, f"{algo}: no mechanism listed"
+    for m in mech:
+        assert m["what"] and m["noise"]
+        z, share = m.get("noise_multiplier"), m.get("epsilon_share")
+        assert (z is not None and math.isfinite(z) and z > 0) or (share is not None and 0 < share <= 1.0), m
+    text = render(rec["release"])
+    assert all(m["what"] in " ".join(text.split()) for m in mech)
+    if params.get("select"):
+        assert any(("selection" in m["what"] or "above-threshold" in m["what"]) for m in mech), mech
+
+
+@pytest.mark.parametrize("algo", ["dp-gd", "dp-trust-region"])
+def test_listed_mechanisms_account_for_the_reported_epsilon(algo):
+    """For the full-batch Gaussian algorithms the listed mechanisms, composed by
+    dp-accounting itself over the run's steps, give the reported epsilon: the
+    list is the whole of what was released (the trust region's Hessian noise
+    included)."""
+    import dp_accounting as dpa
+
+    rec = dpreg.run(algo=algo, data="synthetic-logistic:n=2000,d=4", params=SMALL[algo], warn=False,
+                    diagnostics="light")
+    pr, ri = rec["release"]["privacy"], rec["diagnostics"]["run_info"]
+    steps = ri.get("steps_run", rec["diagnostics"]["usage"]["iterations"])
+    events = [dpa.SelfComposedDpEvent(dpa.GaussianDpEvent(m["noise_multiplier"]), steps) for m in pr["mechanisms"]]
+    acc = dpa.rdp.RdpAccountant()
+    acc.compose(dpa.ComposedDpEvent(events))
+    assert acc.get_epsilon(pr["delta"]) == pytest.approx(pr["epsilon"], rel=1e-8)
+    assert len(pr["mechanisms"]) == (2 if algo == "dp-trust-region" else 1)
+
+
+def test_plain_words_statement_names_epsilon_and_delta(tmp_path):
+    from dpreg.privacy_statement import render
+
+    rec = dpreg.run(algo="dp-gd", data=DATA, epsilon=1.0, params={"steps": 3}, warn=False, diagnostics=False)
+    text = " ".join(render(rec["release"]).split())
+    pr = rec["release"]["privacy"]
+    assert f"ε = {pr['epsilon']:.4g}" in text and f"δ = {pr['delta']:.3g}" in text
+    assert "(ε, δ)-differentially private" in text and "except with probability at most δ" in text
+    assert f"e^ε = {math.exp(pr['epsilon']):.3g}" in text
+
+
 def test_delta_at_or_above_one_over_n_warns():
     msgs = []
     dpreg.run(algo="dp-gd", data="synthetic-logistic:n=200,d=3", epsilon=1.0, delta=0.01, seed=0,
@@ -82,6 +149,36 @@ def test_delta_at_or_above_one_over_n_warns():
     dpreg.run(algo="dp-gd", data="synthetic-logistic:n=200,d=3", epsilon=1.0, seed=0, params={"steps": 3},
               warn=msgs.append)
     assert not any("1/n" in m for m in msgs)
+
+
+def test_privacy_warnings_are_python_warnings_from_python_and_lines_from_the_cli(tmp_path):
+    """From Python, the run's privacy warnings are warnings.warn(PrivacyWarning):
+    `-W error::UserWarning` turns the seeded-randomness note into an exception
+    (the issue's own command); the CLI prints each one once."""
+    import subprocess
+    import sys
+    import warnings
+
+    res = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", "import dpreg; dpreg.run(seed=0)"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert res.returncode != 0 and "PrivacyWarning: randomness is seeded" in res.stderr, res.stderr[-2000:]
+    assert not list(tmp_path.iterdir())  # raised before any record
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dpreg.run(algo="dp-gd", data=(np.eye(3)[[0, 1, 2] * 10], np.arange(30) % 2), seed=1, delta=0.05,
+                  params={"steps": 2}, diagnostics=False)
+    got = [str(w.message) for w in caught if issubclass(w.category, dpreg.PrivacyWarning)]
+    assert len(got) == 2 and any("seeded" in m for m in got) and any("1/n" in m for m in got), got
+    assert all(w.filename == __file__ for w in caught if issubclass(w.category, dpreg.PrivacyWarning))
+    svm = tmp_path / "d.svm"  # no declared schema: feature count and index base read off the file
+    svm.write_text("".join(f"{1 if i % 2 else -1} 1:{i / 40:.3f} 2:0.5\n" for i in range(40)))
+    with pytest.warns(dpreg.PrivacyWarning, match="schema inferred"):
+        dpreg.run(algo="dp-gd", data=str(svm), params={"steps": 2}, diagnostics=False)
+    r = CliRunner().invoke(cli, ["run", "--algo", "dp-gd", "--data", "synthetic-logistic:n=200,d=3", "--seed", "0",
+                                 "--delta", "0.01", "--param", "steps=2", "--out", "none"])
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.startswith("warning: ")]
+    assert len(lines) == 2 and sum("seeded" in ln for ln in lines) == 1 and sum("1/n" in ln for ln in lines) == 1
 
 
 def test_released_model_repeats_its_preprocessing(tmp_path):

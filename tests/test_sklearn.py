@@ -1,6 +1,10 @@
 """The scikit-learn estimator: scikit-learn's own estimator checks, pipelines,
-sparse input, and the privacy attributes."""
+sparse input, and the privacy attributes: a fitted (pickled) estimator is a
+release and holds nothing non-private unless asked."""
 from __future__ import annotations
+
+import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -9,6 +13,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import MaxAbsScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from dpreg import PrivacyWarning
 from dpreg.sklearn import DPClassifier
 
 #: scikit-learn checks expected to fail: none.  (scikit-learn itself skips its
@@ -40,7 +45,7 @@ def test_fit_predict_privacy_in_five_lines():
     assert clf.score(X[500:], y[500:]) > 0.8
     assert set(clf.predict(X[:20])) <= {"no", "yes"} and list(clf.classes_) == ["no", "yes"]
     assert clf.privacy_["epsilon"] <= 1.0 * (1 + 1e-9) and clf.privacy_["randomness"] == "secret"
-    assert clf.n_iter_ > 0 and clf.coef_.shape == (1, 5) and clf.intercept_.shape == (1,)
+    assert clf.coef_.shape == (1, 5) and clf.intercept_.shape == (1,)
     p = clf.predict_proba(X[:10])
     np.testing.assert_allclose(p.sum(axis=1), 1.0)
 
@@ -65,3 +70,113 @@ def test_declared_classes_and_refusals():
         DPClassifier().fit(X, np.arange(len(y)) % 3)
     with pytest.raises(ValueError, match="outside classes"):
         DPClassifier(classes=("no", "maybe")).fit(X, y)
+
+
+#: names of counts, metrics and timings (a timing's name ends in "_s") a release must not hold
+NON_PRIVATE = ("clipped", "usage", "timing", "metrics", "run_info", "records_used", "gradient_evaluations",
+               "iterations", "accuracy", "loss_at", "grad_norm", "diagnostics", "n_iter", "trajectory", "baselines")
+
+
+def _leaves(obj, path=""):
+    """(path, value) of every leaf of an unpickled object graph."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _leaves(v, f"{path}.{k}")
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            yield from _leaves(v, f"{path}[{i}]")
+    elif type(obj).__module__.startswith(("dpreg", "sklearn")) and hasattr(obj, "__dict__"):
+        yield from _leaves(vars(obj), path)
+    else:
+        yield path, obj
+
+
+def _non_private(obj) -> list:
+    """Paths of the pickled object whose name is a count, metric or timing
+    (an estimator's constructor parameters - the caller's public
+    configuration, e.g. ``max_grad_norm`` - aside)."""
+    given = {f".{k}" for k in obj.get_params()} if hasattr(obj, "get_params") else set()
+    paths = [p for p, _ in _leaves(pickle.loads(pickle.dumps(obj))) if p not in given]
+    return [p for p in paths if (k := p.split(".")[-1]).endswith("_s") or any(w in k for w in NON_PRIVATE)]
+
+
+def _canary(with_canary: bool):
+    """breast-cancer, standardised and shrunk so that every record's gradient
+    stays below clip = 0.1; the canary (a unit vector, label 0) exceeds it."""
+    from sklearn.datasets import load_breast_cancer
+
+    X, y = load_breast_cancer(return_X_y=True)
+    X = (X - X.mean(0)) / X.std(0)
+    X = X / np.linalg.norm(X, axis=1).max() * 0.05
+    if with_canary:
+        X, y = X.copy(), y.copy()
+        X[0] = 0.0
+        X[0, 0] = 1.0
+        y[0] = 0
+    return X, y
+
+
+def test_the_pickled_estimator_holds_no_count_metric_or_timing():
+    """The canary attack: a clip count in a shared estimator told whether the
+    canary (the only record whose gradient is clipped) was in the data.  The
+    default fitted estimator, pickled, holds the release alone - no count,
+    metric or timing anywhere in it - with or without the canary; asked for,
+    the diagnostics are there, labelled non-private."""
+    fitted = []
+    for with_canary in (True, False):
+        est = DPClassifier(algorithm="dp-spider", params={"clip": 0.1}, fit_intercept=False, classes=(0, 1))
+        fitted.append(est.fit(*_canary(with_canary)))
+        assert _non_private(est) == [], _non_private(est)
+        assert set(est.record_) == {"dpreg_record", "release"} and not hasattr(est, "n_iter_")
+        assert set(est.record_["release"]) == {"note", "model", "privacy", "config"}
+    a, b = ({p for p, v in _leaves(pickle.loads(pickle.dumps(e))) if not isinstance(v, np.ndarray)}
+            for e in fitted)
+    assert a == b  # the same fields with or without the canary: only values (weights) differ
+    est = DPClassifier(algorithm="dp-spider", params={"clip": 0.1}, fit_intercept=False, classes=(0, 1),
+                       diagnostics="light").fit(*_canary(True))
+    assert est.record_["diagnostics"]["non_private"] is True and est.n_iter_ > 0
+    assert est.record_["diagnostics"]["run_info"]["clipped_terms"] > 0  # what the default leaves out
+    assert est.fit(*_canary(False)) is est
+    est.set_params(diagnostics=False).fit(*_canary(True))
+    assert _non_private(est) == [] and not hasattr(est, "n_iter_")  # a refit keeps none of the last one's
+
+
+def test_other_saved_objects_hold_the_release_only(tmp_path):
+    """dpreg.model.Model (what load_model gives and people pickle) holds the
+    model and its preprocessing; a record written with diagnostics keeps them
+    in a part labelled non-private, apart from the release."""
+    import dpreg
+
+    X, y = _data()
+    rec = dpreg.run(algo="dp-gd", data=(X, np.where(y == "yes", 1.0, -1.0)), labels="-1,1", warn=False,
+                    params={"steps": 5})
+    model = dpreg.load_model(rec)
+    assert _non_private(model) == [] and _non_private({"release": rec["release"]}) == []
+    assert rec["diagnostics"]["non_private"] is True and "NOT private" in rec["diagnostics"]["note"]
+
+
+def test_inferred_classes_are_stated_and_warned():
+    X, y = _data()
+    with pytest.warns(PrivacyWarning, match="classes read off y"):
+        clf = DPClassifier(epsilon=1.0).fit(X, y)
+    assert clf.privacy_["classes"]["source"] == "inferred"
+    assert any("classes" in c for c in clf.privacy_["not_covered"])
+    assert clf.record_["release"]["privacy"] is clf.privacy_
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PrivacyWarning)
+        declared = DPClassifier(classes=("no", "yes"), epsilon=1.0).fit(X, y)
+    assert declared.privacy_["classes"]["source"] == "declared"
+    assert not any("classes" in c for c in declared.privacy_["not_covered"])
+
+
+def test_privacy_warnings_are_python_warnings():
+    """Seeded randomness and delta >= 1/n reach a Python caller as
+    PrivacyWarning (a UserWarning), each once per fit."""
+    X, y = _data(n=200)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        DPClassifier(classes=("no", "yes"), random_state=0, delta=0.01).fit(X, y)
+    msgs = [str(w.message) for w in caught if issubclass(w.category, PrivacyWarning)]
+    assert issubclass(PrivacyWarning, UserWarning)
+    assert len(msgs) == 2 and any("seeded" in m for m in msgs) and any("1/n" in m for m in msgs), msgs
+    assert all(w.filename == __file__ for w in caught if issubclass(w.category, PrivacyWarning))

@@ -137,7 +137,8 @@ def test_read_only_install_caches_in_user_dir(tmp_path):
 def test_read_only_install_without_writable_home_falls_back_to_tmp(tmp_path):
     """Hostile case of issue 14: read-only install, no writable HOME, no XDG
     cache: the run does not crash on numba's "no locator available"; kernels
-    are cached in a per-user temporary directory, announced in one line."""
+    are cached in a per-user temporary directory (0700, this user's: see
+    tests/test_cache_privacy.py), announced in one line."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where HOME should be a directory")
     env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "DPREG_CACHE_DIR", "XDG_CACHE_HOME")}
@@ -148,7 +149,7 @@ def test_read_only_install_without_writable_home_falls_back_to_tmp(tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     assert out["cache_dir"].startswith(str(tmp_path / "tmp" / "dpreg-cache-")), out
-    notes = [ln for ln in res.stderr.splitlines() if ln.startswith("dpreg: no writable cache directory")]
+    notes = [ln for ln in res.stderr.splitlines() if ln.startswith("dpreg: no private cache directory")]
     assert len(notes) == 1 and out["cache_dir"] in notes[0], res.stderr
     assert "Traceback" not in res.stderr
     assert out["compiled"] > 0 and any(p.suffix == ".nbi" for p in (tmp_path / "tmp").rglob("*"))

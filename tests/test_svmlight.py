@@ -1,5 +1,7 @@
 """dpreg.svmlight: parsing against scikit-learn, index base and feature count,
-dense-or-sparse choice, the content-keyed parsed-array cache, row scaling."""
+dense-or-sparse choice, the content-keyed parsed-array cache (opt-in:
+DPREG_DATA_CACHE=1; its privacy rules are tests/test_cache_privacy.py), row
+scaling."""
 from __future__ import annotations
 
 import bz2
@@ -14,7 +16,7 @@ from dpreg import svmlight as S
 @pytest.fixture(autouse=True)
 def cache_in_tmp(tmp_path, monkeypatch):
     monkeypatch.setenv("DPREG_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("DPREG_DATA_CACHE", raising=False)
+    monkeypatch.setenv("DPREG_DATA_CACHE", "1")  # the user's opt-in
     return tmp_path / "cache" / "svmlight"
 
 
@@ -114,13 +116,16 @@ def test_cache_disabled_reads_and_writes_nothing(tmp_path, rng, monkeypatch, cac
     assert not cache_in_tmp.exists()
 
 
-def test_unwritable_cache_dir_still_loads(tmp_path, rng, monkeypatch):
+def test_unusable_cache_dir_still_loads(tmp_path, rng, monkeypatch):
+    from dpreg import PrivacyWarning
+
     blocker = tmp_path / "file-not-dir"
     blocker.write_text("x")
     monkeypatch.setenv("DPREG_CACHE_DIR", str(blocker))
     f = _write(tmp_path / "g.svm", _random_rows(rng, 30, 5, 0.8, 1), np.ones(30))
-    X, _, info = S.load_svmlight(str(f))
-    assert X.shape == (30, 5) and info["cache"] == "miss"
+    with pytest.warns(PrivacyWarning, match="not a directory"):
+        X, _, info = S.load_svmlight(str(f))
+    assert X.shape == (30, 5) and info["cache"] == "off"
 
 
 @pytest.mark.parametrize("scale", [1.0, 1e-3, 1e200])

@@ -76,7 +76,7 @@ def test_grid_writes_eight_records_and_a_table_of_eight_ok_rows(grid):
     nm = {(r["algo"], r["epsilon"]): r["noise_multiplier"] for r in rows}
     assert nm[("dp-gd", 2.0)] < nm[("dp-gd", 1.0)]
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
-    assert header[:8] == ["algo", "noise", "loss", "data", "epsilon", "delta", "seed", "status"]
+    assert header[:9] == ["algo", "noise", "loss", "data", "epsilon", "delta", "replicate", "seed", "status"]
     assert len((out / "results.csv").read_text().splitlines()) == 9
 
 
@@ -204,8 +204,8 @@ def test_variants_with_own_epsilons_share_a_label(tmp_path):
                           {"label": "sgd", "algo": "dp-sgd", "epsilons": [2.0], "params": {"step": 0.2}}],
            "data": ["synthetic-logistic:n=100,d=2"], "seeds": [0, 1]}
     cells = parse_config(cfg)
-    assert [(c.algo, c.epsilon, c.params["step"], c.seed) for c in cells] == [
-        ("sgd", 1.0, 0.1, 0), ("sgd", 1.0, 0.1, 1), ("sgd", 2.0, 0.2, 0), ("sgd", 2.0, 0.2, 1)]
+    assert [(c.algo, c.epsilon, c.params["step"], c.seed, c.replicate) for c in cells] == [
+        ("sgd", 1.0, 0.1, 0, 0), ("sgd", 1.0, 0.1, 1, 1), ("sgd", 2.0, 0.2, 0, 0), ("sgd", 2.0, 0.2, 1, 1)]
     assert len({c.key() for c in cells}) == 4
     cfg["algorithms"][1]["epsilons"] = [1.0]
     with pytest.raises(DpregError, match="share the label"):
@@ -256,3 +256,124 @@ def test_the_table_of_a_real_sweep_renders_the_sosp_page(grid):
     assert "### ERM, many passes" in page and "### single pass, population" not in page
     n = _table(out)[0]["n"]
     assert "| dp-gd | 1 |" in page and f"| {30 * n:,} | 30.0 |" in page  # 30 full-batch steps = 30 passes
+
+
+# ------------------------------------------------------------- secret randomness
+def _csv(path, X, y):
+    path.write_text("\n".join(",".join(f"{v:.17g}" for v in (t, *x)) for x, t in zip(X, y)) + "\n")
+    return path
+
+
+def _one_cell(data, out, **grid):
+    """A one-cell sweep (dp-gd, eps = 1) in this process: (released weights, row, record file name)."""
+    import numpy as np
+
+    from dpreg_plugins.commands.sweep import parse_config, run_sweep
+
+    cfg = {"algorithms": ["dp-gd"], "epsilons": [1.0], "data": [str(data)], "diagnostics": "light",
+           "params": {"dp-gd": {"steps": 10}}, **grid}
+    (row,), _ = run_sweep(parse_config(cfg, data.parent), str(out), workers=1)
+    with open(row["record"]) as fh:
+        rec = json.load(fh)
+    return np.asarray(rec["release"]["model"]["weights"]), row, os.path.basename(row["record"])
+
+
+def _membership_attack(tmp_path, trials, victim_grid):
+    """The attack on a published sweep: the victim publishes one cell run on
+    D (with a target record) or D' (without); the attacker, who knows D, D'
+    and everything the cell shows, re-runs it on both - with the seed the cell
+    shows, else with seed 0 - and guesses the nearer.  Returns (right guesses,
+    exact matches, cells that showed a seed)."""
+    import re
+
+    import numpy as np
+
+    tmp_path.mkdir()
+    rng = np.random.default_rng(11)  # the experiment's own coins
+    X = rng.normal(size=(200, 4)) / 4
+    y = (X[:, 0] > 0).astype(float)
+    D = _csv(tmp_path / "with.csv", np.vstack([X, [1.0, 0, 0, 0]]), np.append(y, 0.0))
+    D2 = _csv(tmp_path / "without.csv", X, y)
+    right = exact = shown = 0
+    for t in range(trials):
+        truth = "D" if rng.random() < 0.5 else "D'"
+        w, row, name = _one_cell(D if truth == "D" else D2, tmp_path / f"v{t}", **victim_grid)
+        m = re.search(r"seed(\d+)", name)
+        seed = row.get("seed") if row.get("seed") is not None else (int(m.group(1)) if m else None)
+        shown += seed is not None
+        ref = {k: _one_cell(v, tmp_path / f"a{t}{k}", seeds=[0 if seed is None else seed])[0]
+               for k, v in (("D", D), ("D'", D2))}
+        dist = {k: float(np.linalg.norm(w - v)) for k, v in ref.items()}
+        exact += min(dist.values()) == 0.0
+        right += min(dist, key=dist.get) == truth
+    return right, exact, shown
+
+
+def test_membership_attack_on_a_published_sweep_fails_with_secret_cells(tmp_path):
+    """With the default secret randomness no published cell shows a seed, no
+    re-run reproduces a published model, and the attacker guesses at chance:
+    at most 30 right of 40 (a guesser at chance exceeds that with probability
+    3.4e-4; the attack on seeded cells is right 40 times of 40).  The same
+    attack on a grid that names its seeds wins every time - what the default
+    prevents."""
+    right, exact, shown = _membership_attack(tmp_path / "secret", 40, {})
+    assert shown == 0 and exact == 0
+    assert right <= 30, right
+    right, exact, shown = _membership_attack(tmp_path / "seeded", 4, {"seeds": [7]})
+    assert shown == 4 and exact == 4 and right == 4
+
+
+def test_cells_have_secret_randomness_by_default(tmp_path):
+    """No seed anywhere unless the grid names seeds: file names carry rep<k>,
+    the table has a replicate column and no seed column, every record's
+    randomness is secret, replicates differ, and no seeded-randomness warning."""
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('algorithms = ["dp-gd"]\nepsilons = [1.0]\nreplicates = 2\n'
+                   'data = ["synthetic-logistic:n=500,d=3"]\ndiagnostics = "light"\n[params.dp-gd]\nsteps = 5\n')
+    r = invoke("sweep", cfg, "--workers", 1, "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert "seed" not in r.output.lower()
+    names = sorted(p.name for p in (tmp_path / "out" / "records").glob("*.json"))
+    assert len(names) == 2 and all("seed" not in n for n in names)
+    assert sorted("rep0" in n for n in names) == [False, True] and sorted("rep1" in n for n in names) == [False, True]
+    csv_text = (tmp_path / "out" / "results.csv").read_text()
+    assert "seed" not in csv_text.splitlines()[0].split(",") and "replicate" in csv_text.splitlines()[0]
+    rows = _table(tmp_path / "out")
+    assert [row["replicate"] for row in rows] == [0, 1] and all("seed" not in row for row in rows)
+    recs = [json.loads((tmp_path / "out" / "records" / n).read_text()) for n in names]
+    assert all(rec["release"]["privacy"]["randomness"] == "secret" for rec in recs)
+    assert all("seed" not in json.dumps(rec["release"]["privacy"]) for rec in recs)
+    assert recs[0]["release"]["model"]["weights"] != recs[1]["release"]["model"]["weights"]
+    again = invoke("sweep", cfg, "--workers", 1, "--out-dir", tmp_path / "out")
+    assert "2 done before, 0 to run" in again.output  # the replicate index makes a stable, resumable key
+
+
+def test_seeded_cells_warn_once_as_dpreg_run_does(tmp_path):
+    """The seeded-randomness warning once, up front; every other privacy
+    warning of the runs (here delta >= 1/n, in all four cells) once too."""
+    from dpreg.pipeline import SEEDED_NOTE
+
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('algorithms = ["dp-gd"]\nepsilons = [1.0, 2.0]\nseeds = [3, 4]\ndelta = 0.01\n'
+                   'data = ["synthetic-logistic:n=500,d=3"]\ndiagnostics = "light"\n[params.dp-gd]\nsteps = 5\n')
+    r = invoke("sweep", cfg, "--workers", 1, "--out-dir", tmp_path / "out")
+    assert r.exit_code == 0, r.output
+    assert r.output.count(f"warning: {SEEDED_NOTE}") == 1 and r.output.count("warning:") == 2
+    assert r.output.count("warning: delta=0.01 >= 1/n") == 1
+    rows = _table(tmp_path / "out")
+    assert sorted((row["seed"], row["replicate"]) for row in rows) == [(3, 0), (3, 0), (4, 1), (4, 1)]
+    assert all("seed3" in row["record"] or "seed4" in row["record"] for row in rows)
+
+
+@pytest.mark.parametrize("text, key", [
+    ("replicates = 0\n", "replicates"), ("replicates = 1.5\n", "replicates"),
+    ("replicates = 2\nseeds = [0]\n", "either replicates"), ("seeds = [1, 1]\n", "listed twice"),
+])
+def test_replicates_and_seeds_are_checked(tmp_path, text, key):
+    from dpreg.errors import DpregError
+    from dpreg_plugins.commands.sweep import load_toml, parse_config
+
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('algorithms = ["dp-gd"]\nepsilons = [1.0]\ndata = ["synthetic-logistic:n=100,d=2"]\n' + text)
+    with pytest.raises(DpregError, match=key):
+        parse_config(load_toml(cfg))

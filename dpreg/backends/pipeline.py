@@ -140,13 +140,13 @@ def run_sharded(cfg) -> dict:
     docstring."""
     from ..data import Schema
     from ..interfaces import secret_seed
-    from ..pipeline import _set_threads, _validate, parse_labels
+    from ..pipeline import _set_threads, _validate, parse_labels, privacy_warner
     from ..registry import get_registry
     from ..results import check_writable, to_json, write_atomic
     from .workers import make_executor
 
     t_start = time.perf_counter()
-    warn = cfg.warn or (lambda msg: None)
+    warn = privacy_warner(cfg.warn)
     stage = cfg.stage or (lambda name: None)
     reg = get_registry()
     algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls, sel_opts = _validate(cfg, reg)

@@ -3,9 +3,11 @@ perturbed-sgd-adaptive-spider-distributed-sosp.txt).  Not a plugin (registers
 nothing); a library module used by ``distributed-spider`` and
 ``distributed-selection``:
 
-* :func:`shard` - deterministic sharding of the records over m clients, iid or
-  label-skewed (Dirichlet(beta) class proportions per client), each shard split
-  into a training part and an optional fresh *selection share*;
+* :func:`shard` - deterministic sharding of the records over m clients by
+  public information only (a permutation of the record indices from a public
+  seed, consecutive blocks of the records' order, or a client assignment given
+  with the data - never the labels or features), each shard split into a
+  training part and an optional fresh *selection share*;
 * :class:`ClientNode` - one client: its shard, its passes over its shard, its own
   noise mechanism (seeded from a stream derived from the run's secret seed), its
   SPIDER running sum and its own accountant, which refuses any release its
@@ -41,66 +43,57 @@ from dpreg.problem import Problem
 
 from .spider_core import SpiderEstimator
 
-__all__ = ["shard", "ClientNode", "LocalBackend", "DaskBackend", "make_backend", "client_stream"]
+__all__ = ["shard", "read_assignment", "ClientNode", "LocalBackend", "DaskBackend", "make_backend", "client_stream"]
 
-SHARDINGS = ("iid", "dirichlet")
+SHARDINGS = ("iid", "contiguous", "given")
 BACKENDS = ("local", "dask")
 
 
 # ----------------------------------------------------------------- sharding
-def shard(y: np.ndarray, m: int, *, scheme: str = "iid", beta: float = 0.5, seed: int = 0,
-          selection_fraction: float = 0.0) -> list[tuple[np.ndarray, np.ndarray]]:
+def shard(n: int, m: int, *, scheme: str = "iid", seed: int = 0, selection_fraction: float = 0.0,
+          assignment=None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Split record indices ``0..n-1`` over ``m`` clients; returns one
     ``(train_rows, selection_rows)`` pair of sorted int64 arrays per client.
 
     This simulates *where the data lives* (public set-up, like a test split):
-    it is a deterministic function of (labels, m, scheme, beta, seed), not a
-    mechanism draw.  ``iid``: a seeded permutation cut into m near-equal parts
-    (m = 1 keeps every record, in order).  ``dirichlet``: label skew at equal
-    shard sizes (the paper's n records per client) - client j's class mix
-    ~ Dirichlet(beta, ..., beta) (small beta: each client sees mostly one
-    class), served while the class lasts, the quota then filled from the
-    classes with most records left.  Each shard then keeps the last
-    ``ceil(selection_fraction * n_j)`` records of a seeded permutation of itself
-    as its selection share (fresh data for Alg 4, disjoint from training).
+    a deterministic function of public information only - n, m, the scheme,
+    its public ``seed`` and a given ``assignment`` - never of a record's label
+    or features, so changing one record moves no other record between clients
+    (each client's epsilon then bounds the run against a neighbouring data
+    set).  ``iid``: a permutation of the indices drawn from ``seed``, cut into
+    m near-equal parts (m = 1 keeps every record, in order).  ``contiguous``:
+    the records in their order, cut into m consecutive near-equal blocks (the
+    heterogeneity of data gathered client by client).  ``given``:
+    ``assignment[i]`` (an integer in [0, m)) is the client of record i - a
+    public client assignment given with the data.  Each shard then keeps the
+    last ``ceil(selection_fraction * n_j)`` records of a ``seed``-permutation
+    of itself as its selection share (fresh data for Alg 4, disjoint from
+    training).
     """
-    y = np.asarray(y)
-    n = y.shape[0]
+    if not (isinstance(n, (int, np.integer)) and n >= 1):
+        raise ParameterError(f"records must be a positive integer, got {n!r}")
+    n = int(n)
     if not (isinstance(m, (int, np.integer)) and 1 <= m <= n):
         raise ParameterError(f"clients must be an integer in [1, n={n}], got {m!r}")
     if scheme not in SHARDINGS:
         raise ParameterError(f"sharding must be one of {', '.join(SHARDINGS)}, got {scheme!r}")
+    if (scheme == "given") != (assignment is not None):
+        raise ParameterError("sharding=given takes the client assignment (assignment=FILE), and only it does")
     if not 0.0 <= selection_fraction < 1.0:
         raise ParameterError(f"selection_fraction must be in [0, 1), got {selection_fraction!r}")
     rng = np.random.default_rng(np.random.SeedSequence([int(seed), 0x5A4D, int(m)]))
-    if m == 1:
+    if scheme == "given":
+        a = np.asarray(assignment)
+        if a.shape != (n,) or not np.issubdtype(a.dtype, np.integer) or a.min() < 0 or a.max() >= m:
+            raise ParameterError(f"the client assignment must give each of the {n} records a client in 0..{m - 1} "
+                                 f"(got {a.size} entries{'' if a.size == 0 else f' in {a.min()}..{a.max()}'})")
+        parts = [np.flatnonzero(a == j).astype(np.int64) for j in range(m)]
+    elif m == 1:
         parts = [np.arange(n, dtype=np.int64)]
     elif scheme == "iid":
         parts = np.array_split(rng.permutation(n).astype(np.int64), m)
-    else:
-        if not beta > 0:
-            raise ParameterError(f"dirichlet beta must be > 0, got {beta!r}")
-        # equal shard sizes (Thm 3's n per client), class mix of client j ~ Dirichlet(beta):
-        # each client takes what it wants of each class while the class lasts, then the
-        # rest of its quota from the classes with most records left
-        classes = np.unique(y)
-        pools = [list(rng.permutation(np.flatnonzero(y == c))) for c in classes]
-        sizes = [len(a) for a in np.array_split(np.arange(n), m)]
-        parts = []
-        for j in range(m):
-            q = rng.dirichlet(np.full(classes.size, float(beta)))
-            want = np.floor(q * sizes[j]).astype(int)
-            take = []
-            for c, k in enumerate(want):
-                k = min(int(k), len(pools[c]))
-                take += pools[c][:k]
-                del pools[c][:k]
-            while len(take) < sizes[j]:
-                c = int(np.argmax([len(pl) for pl in pools]))
-                k = min(sizes[j] - len(take), len(pools[c]))
-                take += pools[c][:k]
-                del pools[c][:k]
-            parts.append(np.asarray(take, dtype=np.int64))
+    else:  # contiguous
+        parts = np.array_split(np.arange(n, dtype=np.int64), m)
     out = []
     for j, rows in enumerate(parts):
         rows = np.sort(rows)
@@ -108,7 +101,7 @@ def shard(y: np.ndarray, m: int, *, scheme: str = "iid", beta: float = 0.5, seed
         if rows.size - k < 2:
             raise ParameterError(
                 f"client {j} holds {rows.size} records ({scheme} sharding over {m} clients): too few to train; "
-                f"use fewer clients or a larger dirichlet beta")
+                f"use fewer clients")
         if k:
             sel = np.sort(rng.permutation(rows)[rows.size - k:])
             rows = np.setdiff1d(rows, sel, assume_unique=True)
@@ -116,6 +109,31 @@ def shard(y: np.ndarray, m: int, *, scheme: str = "iid", beta: float = 0.5, seed
             sel = np.zeros(0, dtype=np.int64)
         out.append((rows.astype(np.int64), sel.astype(np.int64)))
     return out
+
+
+def read_assignment(path: str, n: int):
+    """The public client assignment of ``sharding=given``: a text file with
+    one integer per line (record i's client, in the data's record order) or
+    a ``.npy`` integer vector; a one-line ParameterError for anything else."""
+    try:
+        if str(path).endswith(".npy"):
+            a = np.load(path, allow_pickle=False)
+        else:
+            a = np.loadtxt(path, dtype=np.float64, ndmin=1, comments="#")
+    except (OSError, ValueError) as exc:
+        msg = (exc.strerror if isinstance(exc, OSError) else None) or str(exc).splitlines()[0]
+        raise ParameterError(f"cannot read the client assignment {path}: {msg}") from None
+    try:
+        f = np.asarray(a, dtype=np.float64)
+    except (TypeError, ValueError):
+        f = np.full(2, np.nan)
+    if f.ndim != 1 or not np.all(np.isfinite(f)) or not np.array_equal(f, np.round(f)):
+        raise ParameterError(f"the client assignment {path} must be one integer per record")
+    a = f
+    if a.size != n:
+        raise ParameterError(f"the client assignment {path} has {a.size} entries for {n} records (one per "
+                             f"training record, in the data's order)")
+    return a.astype(np.int64)
 
 
 def client_stream(base: str, j: int, m: int) -> str:

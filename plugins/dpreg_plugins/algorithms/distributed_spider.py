@@ -43,6 +43,16 @@ defaults returned the majority class on a9a).  The practical alpha is
 practical step 2/M and mu = 3.  With ``clients=1`` the run is
 ``perturbed-sgd`` bit for bit (same randomness streams, same data order).
 
+Sharding.  Which client holds which record is public information only (the
+simulation of where data lives, like a test split): ``sharding=iid`` cuts a
+permutation of the record indices drawn from the public ``shard_seed``,
+``contiguous`` cuts the data's record order into consecutive blocks, and
+``given`` reads a public client assignment given with the data
+(``assignment=FILE``).  No rule reads a label or a feature, so changing one
+record (the neighbouring relation) moves no other record between clients and
+each client's epsilon bounds the run; a label-skewed layout is simulated by
+giving it as an assignment, which the guarantee then treats as public.
+
 Optional private model selection (Alg 4) after the run: ``select=
 distributed-selection`` reserves ``selection_fraction`` of every shard as fresh
 data and runs :class:`~dpreg_plugins.selectors.distributed_selection.DistributedSelection`
@@ -62,7 +72,7 @@ from dpreg.errors import DpregError, ParameterError
 from dpreg.interfaces import Participation, RunOutput, charge
 from dpreg.params import ParamSpec
 
-from .distributed_core import BACKENDS, SHARDINGS, client_stream, make_backend, shard
+from .distributed_core import BACKENDS, SHARDINGS, client_stream, make_backend, read_assignment, shard
 from .perturbed_sgd import PAPER, PerturbedSGD
 
 
@@ -214,12 +224,17 @@ class DistributedSpider(PerturbedSGD):
                   "accuracy 0.8309, 0.8283, 0.8179, IJCNN1 gap ratio to dp-sgd 1.99, 2.64, 3.33, all with one pass; with "
                   "the passes default, IJCNN1 at m = 2 makes 3 passes of 24,995 records per client: 1.68 on "
                   "tuning seeds, see passes)", low=1),
-        ParamSpec("sharding", "str", "iid", "how records are spread over clients",
-                  "section 2: heterogeneous local distributions D_j; 'dirichlet': label skew with "
-                  "class proportions ~ Dirichlet(beta)", choices=SHARDINGS),
-        ParamSpec("beta", "float", 0.5, "Dirichlet concentration of the label skew (small: more skew)",
-                  "common federated-learning benchmark practice (not in the paper)", low=0, low_open=True),
-        ParamSpec("shard_seed", "int", 0, "public seed of the sharding (a simulation of where data lives)",
+        ParamSpec("sharding", "str", "iid", "how records are spread over clients, by public information "
+                  "only: 'iid' (a permutation of the record indices from shard_seed), 'contiguous' (consecutive "
+                  "blocks of the data's record order) or 'given' (a public client assignment given with the data: "
+                  "assignment=FILE); never by a label or feature, so changing one record moves no other between "
+                  "clients", "section 2: clients hold local data sets D_j (heterogeneous D_j: 'contiguous' on data "
+                  "gathered client by client, or 'given')", choices=SHARDINGS),
+        ParamSpec("assignment", "str", None, "sharding=given: a file with record i's client (0..m-1) on line i, in "
+                  "the training data's record order (or a .npy integer vector); public input, like the data's "
+                  "layout", "the clients' own holdings (Alg 3: client j holds D_j)"),
+        ParamSpec("shard_seed", "int", 0, "public seed of the iid sharding and of the selection shares "
+                  "(a simulation of where data lives)",
                   "not a mechanism draw: public, like a test split", low=0),
         ParamSpec("backend", "str", "local", "where the clients run: in-process or Dask actors",
                   "implementation (dask needs the 'distributed' extra)", choices=BACKENDS),
@@ -237,14 +252,32 @@ class DistributedSpider(PerturbedSGD):
                   "Thm 4: omega'", low=0, low_open=True, high=1),
     )
 
+    @classmethod
+    def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
+        """Each client's noisy SPIDER estimates (its own noise mechanism and
+        accountant) and, with Alg 4, each client's noisy gradients and
+        Hessians of the candidates on its fresh selection share."""
+        out = [dict(m, what="distributed-spider per-client releases (each client its own noise)")
+               for m in super().release_mechanisms(info, noise)]
+        sel = info.get("selection")
+        if isinstance(sel, dict) and sel.get("noise_multiplier") is not None:
+            out.append({"what": "distributed selection: per-client gradients and symmetric-noise Hessians "
+                                "of the candidates", "noise": "gaussian",
+                        "noise_multiplier": float(sel["noise_multiplier"])})
+        return out
+
     # ---------------------------------------------------------------- resolution
     def _shards(self):
         if getattr(self, "_shard_cache", None) is None:
             p = self.p
             frac = float(p["selection_fraction"]) if p["select"] != "none" else 0.0
-            self._shard_cache = shard(self.problem.y, int(p["clients"]), scheme=p["sharding"],
-                                      beta=float(p["beta"]), seed=int(p["shard_seed"]),
-                                      selection_fraction=frac)
+            n = self.problem.n
+            given = p["assignment"]
+            if given is not None and p["sharding"] != "given":
+                raise ParameterError("assignment=FILE goes with sharding=given (and only with it)")
+            self._shard_cache = shard(n, int(p["clients"]), scheme=p["sharding"], seed=int(p["shard_seed"]),
+                                      selection_fraction=frac,
+                                      assignment=None if given is None else read_assignment(given, n))
         return self._shard_cache
 
     def sample_size(self) -> int:

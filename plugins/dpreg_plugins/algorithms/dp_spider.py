@@ -108,6 +108,20 @@ class DPSpider(Algorithm):
     theory_note = ("the warm-start paper states DP-SPIDER's guarantee (Lemma 3.1, citing Arora et al. 2023: "
                    "'there exist algorithmic parameters') but not its parameter formulas; App. G lists tuned "
                    "experiment values (eta, q per eps), not formulas")
+    @classmethod
+    def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
+        """Two kinds of release through the noise plugin: the O1 gradients that
+        restart each phase (multiplier z1) and the O2 gradient differences of
+        the running sum (z)."""
+        z, z1 = info.get("noise_multiplier"), info.get("o1_noise_multiplier")
+        if z is None:
+            return []
+        nz = info.get("noise") or noise or "tree"
+        return [{"what": "dp-spider O1 gradients (each phase's restart)", "noise": nz,
+                 "noise_multiplier": float(z if z1 is None else z1)},
+                {"what": "dp-spider O2 gradient differences (the running sum)", "noise": nz,
+                 "noise_multiplier": float(z)}]
+
     params = COMMON + (
         ParamSpec("steps", "int", 400, "iteration number T",
                   "warm-start paper section 9 runs its baselines 100 iterations; practical default T = 400 with "

@@ -150,6 +150,21 @@ class _TrustRegion(Algorithm):
     data_access = "resample"
     honours_init = True
 
+    @classmethod
+    def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
+        """Two Gaussian mechanisms per step: the clipped gradient, and the
+        clipped Hessian with symmetric noise (the upper triangle drawn, then
+        mirrored); Poisson or fixed-size subsampled in the stochastic variant."""
+        sampled = f" ({info['sampling']} subsampling)" if info.get("sampling") else ""
+        out = []
+        if info.get("noise_multiplier_grad") is not None:
+            out.append({"what": f"{cls.name} gradients{sampled}", "noise": "gaussian",
+                        "noise_multiplier": float(info["noise_multiplier_grad"])})
+        if info.get("noise_multiplier_hess") is not None:
+            out.append({"what": f"{cls.name} Hessians{sampled}", "noise": "symmetric gaussian",
+                        "noise_multiplier": float(info["noise_multiplier_hess"])})
+        return out
+
     # -- subclass hooks ----------------------------------------------------------
     def _setup(self, T: int) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -259,13 +274,13 @@ class DPTrustRegion(_TrustRegion):
         pb = self.problem
         charge(self.accountant, gaussian_event(self.zg), Participation.all(), label="dp-tr gradient")
         s, _ = pb.clipped_grad_sum(w, None, self.C)
-        return s / pb.n + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g)
+        return self.released("gradient", s / pb.n + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g))
 
     def _hess(self, w, k):
         pb = self.problem
         charge(self.accountant, gaussian_event(self.zh), Participation.all(), label="dp-tr hessian")
         S, _ = pb.clipped_hessian_sum(w, None, self.CH)
-        return S / pb.n + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+        return self.released("hessian", S / pb.n + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h))
 
     def _records_used(self, k):
         return self.problem.n
@@ -372,7 +387,7 @@ class DPStochasticTrustRegion(_TrustRegion):
         self._charge(self.zg, self.b, part, "dp-str gradient")
         s, _ = pb.clipped_grad_sum(w, idx, self.C) if len(idx) else (np.zeros(pb.d), 0)
         self.used += len(idx)
-        return s / self.b + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g)
+        return self.released("gradient", s / self.b + self.noise_g.standard_normal(pb.d) * (self.zg * self.sens_g))
 
     def _hess(self, w, k):
         pb = self.problem
@@ -380,7 +395,7 @@ class DPStochasticTrustRegion(_TrustRegion):
         self._charge(self.zh, self.bh, part, "dp-str hessian")
         S = pb.clipped_hessian_sum(w, idx, self.CH)[0] if len(idx) else np.zeros((pb.d, pb.d))
         self.used += len(idx)
-        return S / self.bh + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+        return self.released("hessian", S / self.bh + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h))
 
     def _records_used(self, k):
         return self.used

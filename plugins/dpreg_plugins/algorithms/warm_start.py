@@ -68,6 +68,33 @@ class WarmStart(Algorithm):
     honours_init = True  # passed to stage A
     practitioner = {k: "it is a meta-algorithm: give its stages' parameters in warm_params / then_params "
                        "(e.g. --param then_params=step=0.01,steps=50)" for k in PRACTITIONER}
+    @classmethod
+    def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
+        """Stage A's mechanisms (the exponential mechanism's epsilon share, or
+        the warm algorithm's own), stage B's, and the above-threshold
+        selection's epsilon share, each named by its stage."""
+        from dpreg.registry import get_registry
+
+        reg = get_registry()
+        out: list[dict] = []
+        for stage, key, what in (("warm", "warm_info", "warm start"), ("then", "then_info", "stage B")):
+            name, sub = info.get(stage), info.get(key)
+            if not name or name == "none" or not isinstance(sub, dict):
+                continue
+            if name == "exponential":
+                out.append({"what": f"{what}: exponential mechanism over a net of candidates",
+                            "noise": "exponential mechanism (pure epsilon-DP)",
+                            "epsilon_share": float(sub.get("epsilon", 0.0))})
+                continue
+            algo = reg.get("algorithm", name)
+            for m in algo.release_mechanisms(sub, sub.get("noise") or (noise if algo.uses_noise else None)):
+                out.append(dict(m, what=f"{what} ({name}): {m['what']}"))
+        sel = info.get("selection")
+        if isinstance(sel, dict) and sel.get("epsilon"):
+            out.append({"what": "above-threshold choice among stage B's iterates",
+                        "noise": "sparse vector (pure epsilon-DP)", "epsilon_share": float(sel["epsilon"])})
+        return out
+
     params = (
         ParamSpec("warm", "str", "dp-sgd", "warm-start algorithm A: 'exponential', 'none' or a registered algorithm",
                   "Alg. 2: A = exponential mechanism (Def. 4.1, Cor. 4.3) or DP-SGD (Alg. 3, Cor. 5.3)"),

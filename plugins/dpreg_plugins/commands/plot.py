@@ -2,7 +2,8 @@
 
 ``dpreg plot sweep DIR [--metric test_accuracy] [--out FILE.png]``: utility
 against epsilon from a sweep's ``DIR/results.json``, one line per algorithm
-(and noise) with error bars of mean +- standard error over the seeds, one
+(and noise) with error bars of mean +- standard error over the runs of a
+cell (its replicates, or its seeds in a seeded grid), one
 panel per data set (and loss, when the sweep has several).
 
 ``dpreg plot run RECORD.json [--out FILE.png]``: a run's trajectory from its
@@ -50,7 +51,7 @@ def mean_sem(values: list[float]) -> tuple[float, float]:
 
 
 def sweep_series(rows: list[dict], metric: str) -> dict:
-    """{panel: {line: [(epsilon, mean, sem, seeds)]}} over the ok rows with a
+    """{panel: {line: [(epsilon, mean, sem, runs)]}} over the ok rows with a
     finite ``metric``; panel = data set (and loss if several), line = algo
     (and noise)."""
     ok = [r for r in rows if r.get("status") == "ok" and isinstance(r.get(metric), (int, float))
@@ -75,7 +76,7 @@ def sweep_series(rows: list[dict], metric: str) -> dict:
 
 
 def plot_sweep(sweep_dir: str, metric: str, out: str) -> str:
-    """Draw utility vs epsilon (mean +- s.e. over seeds) per algorithm, one
+    """Draw utility vs epsilon (mean +- s.e. over the runs) per algorithm, one
     panel per data set; write a PNG to ``out`` and return its path."""
     rows = read_json(os.path.join(sweep_dir, "results.json"), "sweep table")
     if not isinstance(rows, list):
@@ -97,8 +98,8 @@ def plot_sweep(sweep_dir: str, metric: str, out: str) -> str:
         ax.set_title(panel)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
-    seeds = max(p[3] for lines in series.values() for pts in lines.values() for p in pts)
-    fig.suptitle(f"{metric.replace('_', ' ')} vs ε (mean ± s.e. over up to {seeds} seeds)")
+    runs = max(p[3] for lines in series.values() for pts in lines.values() for p in pts)
+    fig.suptitle(f"{metric.replace('_', ' ')} vs ε (mean ± s.e. over up to {runs} runs)")
     fig.tight_layout()
     return _save(fig, plt, out)
 
@@ -174,7 +175,7 @@ def plot():
               help="table column to plot (test_accuracy, train_loss, train_grad_norm, ...)")
 @click.option("--out", default=None, metavar="FILE.png", help="[default: DIR/<metric>.png]")
 def plot_sweep_cmd(sweep_dir, metric, out):
-    """Utility vs epsilon, mean +- standard error over seeds, per algorithm and noise."""
+    """Utility vs epsilon, mean +- standard error over each cell's runs, per algorithm and noise."""
     from dpreg.cli import user_errors
 
     path = user_errors(plot_sweep)(sweep_dir, metric, out or os.path.join(sweep_dir, f"{metric}.png"))

@@ -10,7 +10,8 @@ optional; an unknown key or a bad value is a one-line error naming it)::
                                             #     epsilons = [...]}: a variant run at those epsilons only
     noises     = ["gaussian", "tree"]       # algorithms that take no noise run once, with none
     epsilons   = [0.5, 1.0, 2.0]
-    seeds      = [0, 1, 2]                  # research seeds (see below)
+    replicates = 3                          # runs per cell, each with secret randomness (default 1)
+    # seeds    = [0, 1, 2]                  # or research seeds instead (see below)
     data       = ["synthetic-logistic:n=2000,d=4"]   # or {name = "...", train = "...", test = "..."}
     loss       = "logistic"                 # or a list: one more axis
     test_data  = "FILE"                     # for the plain-string data entries
@@ -33,9 +34,18 @@ tried again by the next rerun).  The table of every cell is written to
 
 Privacy: every cell is a separate run on the same data and each satisfies its
 own (epsilon, delta); the sweep as a whole composes them, and choosing the
-best cell from the table is non-private hyper-parameter tuning.  The ``seeds``
-are research seeds: runs are reproducible, and their guarantee holds only
-while the seeds stay secret (anyone who knows a seed can recompute the noise).
+best cell from the table is non-private hyper-parameter tuning.  Randomness
+is secret by default, as for ``dpreg run``: every cell draws its mechanisms'
+randomness from OS entropy, and the runs of one configuration are told apart
+by a replicate index (``replicates = N``; ``rep0``, ``rep1``, ... in the file
+names, the ``replicate`` column), never by a seed - no seed is chosen,
+written or shown, so a published cell cannot be re-run with its noise.  Only
+a grid that names ``seeds`` (research seeds, exclusive with ``replicates``)
+runs seeded cells: reproducible, with ``dpreg run --seed``'s warning (the
+guarantee holds only while the seeds stay secret), and only then do the
+file names and the table carry a seed.  The records' ``diagnostics`` and the
+table's columns read from them (accuracy, loss, gradient norms, counts,
+timings) are non-private: publish a cell's ``release`` part, not the table.
 """
 from __future__ import annotations
 
@@ -57,7 +67,7 @@ from dpreg import hookimpl
 from dpreg.errors import DpregError
 
 #: the table's columns, in order
-COLUMNS = ("algo", "noise", "loss", "data", "epsilon", "delta", "seed", "status", "params", "n", "d",
+COLUMNS = ("algo", "noise", "loss", "data", "epsilon", "delta", "replicate", "seed", "status", "params", "n", "d",
            "data_access", "epsilon_spent", "noise_multiplier", "iterations", "records_used", "gradient_evaluations",
            "alpha", "kappa", "batch1", "batch2", "o1_refreshes", "escape_tests",
            "train_accuracy", "test_accuracy", "train_loss", "test_loss", "train_grad_norm",
@@ -71,8 +81,8 @@ RUN_INFO_COLUMNS = {"alpha": ("alpha",), "kappa": ("kappa",), "batch1": ("batch1
                     "batch2": ("batch2", "batch_o2_mean"), "o1_refreshes": ("o1_refreshes", "o1_queries", "phases"),
                     "escape_tests": ("escape_tests",)}
 
-TOP_KEYS = {"algorithms", "noises", "epsilons", "seeds", "data", "loss", "test_data", "delta", "accountant",
-            "diagnostics", "params"}
+TOP_KEYS = {"algorithms", "noises", "epsilons", "replicates", "seeds", "data", "loss", "test_data", "delta",
+            "accountant", "diagnostics", "params"}
 
 
 @dataclass(frozen=True)
@@ -88,16 +98,21 @@ class Cell:
     test: str | None
     epsilon: float
     delta: float | None
-    seed: int
+    seed: int | None     # None: secret randomness (the default); an int only when the grid names seeds
     accountant: str
     diagnostics: Any
     params: dict = field(default_factory=dict)
+    replicate: int = 0   # which run of this configuration (the seed's index in a seeded grid)
 
     def key(self) -> str:
-        """Deterministic file name: readable fields and a hash of the whole cell."""
-        h = hashlib.sha1(json.dumps(asdict(self), sort_keys=True, default=str).encode()).hexdigest()[:10]
+        """Deterministic file name: readable fields and a hash of the whole
+        cell; ``rep<k>`` for a secret cell, ``seed<s>`` only for a seeded one."""
+        fields = asdict(self)
+        if self.seed is not None:  # the seed names a seeded cell (its index adds nothing)
+            del fields["replicate"]
+        h = hashlib.sha1(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:10]
         parts = [self.data, self.loss, self.algo, self.noise or "default", f"eps{self.epsilon:g}",
-                 f"seed{self.seed}"]
+                 f"rep{self.replicate}" if self.seed is None else f"seed{self.seed}"]
         readable = "__".join(re.sub(r"[^A-Za-z0-9.=+-]+", "_", p) for p in parts)
         return f"{readable[:150]}__{h}"
 
@@ -155,7 +170,7 @@ def _resolve_path(spec: str, base: Path) -> str:
 
 def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
     """Validate a parsed sweep configuration and return its cells, in grid
-    order (data, loss, algorithm, noise, epsilon, seed).  Any unknown key,
+    order (data, loss, algorithm, noise, epsilon, replicate or seed).  Any unknown key,
     unknown name or bad value raises a one-line DpregError naming the key.
     Algorithm parameters are checked by each run (a bad one is an error row)."""
     from dpreg.pipeline import get_loss
@@ -225,10 +240,22 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
            if e is not None]
     if eps and all(a[3] is not None for a in algos):
         _fail("epsilons", "unused: every algorithm entry gives its own epsilons")
-    seeds = _str_list(cfg, "seeds", required=False, default=[0])
-    for i, s in enumerate(seeds):
-        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
-            _fail(f"seeds[{i}]", f"must be an integer >= 0, got {s!r}")
+    if "seeds" in cfg and "replicates" in cfg:
+        _fail("seeds", "give either replicates (secret randomness, the default) or seeds (research seeds), "
+                       "not both")
+    runs: list = [None]  # one secret run per configuration unless told otherwise
+    if "replicates" in cfg:
+        r = cfg["replicates"]
+        if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+            _fail("replicates", f"must be an integer >= 1, got {r!r}")
+        runs = [None] * r
+    if "seeds" in cfg:
+        runs = _str_list(cfg, "seeds", required=True)
+        for i, s in enumerate(runs):
+            if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+                _fail(f"seeds[{i}]", f"must be an integer >= 0, got {s!r}")
+        if len(set(runs)) != len(runs):
+            _fail("seeds", "a seed is listed twice")
     delta = cfg.get("delta")
     if delta is not None:
         delta = _number("delta", delta, hi=1.0)
@@ -272,9 +299,9 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
                 uses_noise = reg.get("algorithm", name).uses_noise
                 for nz in (noises if uses_noise else [None]):
                     for e in (own_eps if own_eps is not None else eps):
-                        for s in seeds:
+                        for k, s in enumerate(runs):
                             cells.append(Cell(label, name, nz, loss, dname, train, test, e, delta, s,
-                                              accountant, diagnostics, dict(p)))
+                                              accountant, diagnostics, dict(p), replicate=k))
     return cells
 
 
@@ -287,25 +314,27 @@ def _init_worker() -> None:
 
 def run_cell(cell: Cell, path: str) -> dict:
     """Run one cell and write its record atomically to ``path``; return its
-    table row (an ``error`` row if the run raised a DpregError)."""
+    table row (an ``error`` row if the run raised a DpregError), with the
+    run's privacy warnings under ``"warnings"`` (the sweep prints each once)."""
     from dpreg.pipeline import RunConfig, run_pipeline
     from dpreg.results import to_json, write_atomic
 
+    said: list = []
     try:
         rec = run_pipeline(RunConfig(
             algo=cell.algorithm, noise=cell.noise, loss=cell.loss, data=cell.train, test_data=cell.test,
             epsilon=cell.epsilon, delta=cell.delta, accountant=cell.accountant, params=dict(cell.params),
-            seed=cell.seed, diagnostics=cell.diagnostics, threads=1))
+            seed=cell.seed, diagnostics=cell.diagnostics, threads=1, warn=said.append))
     except DpregError as exc:
         return error_row(cell, f"{type(exc).__name__}: {exc}")
     write_atomic(path, to_json(rec))
-    return record_row(cell, rec, path)
+    return dict(record_row(cell, rec, path), warnings=said)
 
 
 def _base_row(cell: Cell) -> dict:
     row = dict.fromkeys(COLUMNS)
     row.update(algo=cell.algo, noise=cell.noise, loss=cell.loss, data=cell.data, epsilon=cell.epsilon,
-               delta=cell.delta, seed=cell.seed, params=format_params(cell.params))
+               delta=cell.delta, replicate=cell.replicate, seed=cell.seed, params=format_params(cell.params))
     return row
 
 
@@ -365,8 +394,11 @@ def run_sweep(cells: list[Cell], out_dir: str, *, workers: int = 2, scheduler: s
             except (OSError, ValueError):
                 pass  # unreadable: run the cell again
         todo.append(i)
-    echo("note: the sweep's seeds are research seeds: each run's privacy guarantee holds only while its seed "
-         "stays secret")
+    from dpreg.pipeline import SEEDED_NOTE
+
+    if any(c.seed is not None for c in cells):  # the warning `dpreg run --seed` gives, once
+        echo(f"warning: {SEEDED_NOTE}")
+    said: set = {SEEDED_NOTE}
     echo(f"sweep: {len(cells)} cells, {len(cells) - len(todo)} done before, {len(todo)} to run"
          + (f" on {scheduler}" if scheduler is not None and todo else
             f" in {workers} worker process{'es' if workers != 1 else ''}" if todo else ""))
@@ -374,10 +406,15 @@ def run_sweep(cells: list[Cell], out_dir: str, *, workers: int = 2, scheduler: s
 
     def finished(i, row):
         nonlocal done
+        for msg in row.pop("warnings", None) or ():  # each of the runs' privacy warnings once
+            if msg not in said:
+                said.add(msg)
+                echo(f"warning: {msg}")
         rows[i] = row
         done += 1
         c = cells[i]
-        what = f"{c.data} {c.loss} {c.algo}{'/' + c.noise if c.noise else ''} eps={c.epsilon:g} seed={c.seed}"
+        run = f"rep={c.replicate}" if c.seed is None else f"seed={c.seed}"
+        what = f"{c.data} {c.loss} {c.algo}{'/' + c.noise if c.noise else ''} eps={c.epsilon:g} {run}"
         echo(f"[{done}/{len(todo)}] {what}: " + (row["status"] if row["status"] == "ok" else f"error: {row['error']}"))
 
     if todo and scheduler is not None:
@@ -440,15 +477,23 @@ def _run_dask(scheduler, jobs, finished) -> None:
             client.close()
 
 
+def table_columns(rows: list[dict]) -> tuple[str, ...]:
+    """The table's columns: :data:`COLUMNS`, without ``seed`` unless a cell is seeded."""
+    seeded = any(r.get("seed") is not None for r in rows)
+    return COLUMNS if seeded else tuple(c for c in COLUMNS if c != "seed")
+
+
 def write_table(rows: list[dict], out_dir: str) -> None:
     """Write the tidy table (one row per cell) as results.csv and results.json, atomically."""
     from dpreg.results import write_atomic
 
+    cols = table_columns(rows)
+    rows = [{k: r.get(k) for k in cols} for r in rows]
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n")
+    w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in COLUMNS})
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
     write_atomic(os.path.join(out_dir, "results.csv"), buf.getvalue().rstrip("\n"))
     write_atomic(os.path.join(out_dir, "results.json"), json.dumps(rows, indent=1))
 
@@ -466,10 +511,11 @@ def write_table(rows: list[dict], out_dir: str) -> None:
               help="also draw METRIC (e.g. test_accuracy) against epsilon to DIR/METRIC.png, as "
                    "`dpreg plot sweep DIR --metric METRIC` does")
 def sweep(config, workers, scheduler, out_dir, plot_metric):
-    """Run a grid of private runs (algorithms x noises x epsilons x seeds x
-    data sets) described by a TOML file; resumable; writes DIR/results.csv and
-    DIR/results.json.  The seeds are research seeds: keep them secret, or the
-    runs' privacy guarantee is void.  Configuration keys: docs/sweeps.md."""
+    """Run a grid of private runs (algorithms x noises x epsilons x
+    replicates x data sets) described by a TOML file; resumable; writes
+    DIR/results.csv and DIR/results.json.  Every cell's randomness is secret
+    unless the grid names research seeds (keep them secret, or the runs'
+    privacy guarantee is void).  Configuration keys: docs/sweeps.md."""
     from dpreg.cli import user_errors
 
     @user_errors

@@ -115,27 +115,27 @@ SOURCES = {
     "adult": lambda: DatasetSource(
         lambda s: _adult("train"),
         "UCI Adult (a9a encoding), 32,561 x 123, official test split; shipped, CC BY 4.0",
-        load_test=lambda s: _adult("test"), schema=ADULT_SCHEMA, common_scale=True),
+        load_test=lambda s: _adult("test"), schema=ADULT_SCHEMA, common_scale=True, public=True),
     "breast-cancer": lambda: DatasetSource(
         _breast_cancer, "Wisconsin breast cancer, 569 x 30 (bundled with scikit-learn); public feature bounds",
         schema=Schema(n_features=30, labels=(-1.0, 1.0)),
-        bounds=([0.0] * 30, [float(v) for v in BREAST_CANCER_UPPER])),
+        bounds=([0.0] * 30, [float(v) for v in BREAST_CANCER_UPPER]), public=True),
     "synthetic-logistic": lambda n=10000, d=20, noise=1.0: DatasetSource(
         lambda s: _planted_logistic(int(n), int(d), s, float(noise)),
         "planted logistic model, Gaussian features (options n, d, noise)",
         load_test=lambda s: _planted_logistic(max(int(n) // 4, 2), int(d), s, float(noise), stream=1),
-        common_scale=True),
+        common_scale=True, public=True),
     "synthetic-covtype": lambda n=581012, d=54: DatasetSource(
         lambda s: _planted_logistic(int(n), int(d), s),
-        "Covertype-shaped planted logistic data, 581,012 x 54 (options n, d)", common_scale=True),
+        "Covertype-shaped planted logistic data, 581,012 x 54 (options n, d)", common_scale=True, public=True),
     "lowy-synthetic": lambda n=100, d=100: DatasetSource(
         lambda s: _lowy(int(n), int(d), s, 0),
         "x uniform in the unit ball, n = d = 100 (warm-start paper section 9)",
-        load_test=lambda s: _lowy(int(n), int(d), s, 1), labels="ignored", common_scale=True),
+        load_test=lambda s: _lowy(int(n), int(d), s, 1), labels="ignored", common_scale=True, public=True),
     "phase-retrieval": lambda n=2000, d=10: DatasetSource(
         lambda s: _phase(int(n), int(d), s, 0),
         "y = <x, e1>^2, x uniform on the unit sphere (options n, d)",
-        load_test=lambda s: _phase(int(n), int(d), s, 1), labels="real", common_scale=True),
+        load_test=lambda s: _phase(int(n), int(d), s, 1), labels="real", common_scale=True, public=True),
 }
 
 

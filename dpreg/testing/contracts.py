@@ -19,7 +19,7 @@ import numpy as np
 
 
 def _registry():
-    from .registry import get_registry
+    from ..registry import get_registry
 
     return get_registry()
 
@@ -63,7 +63,7 @@ class LossContract:
     rtol: float = 1e-6
 
     def _setup(self, seed=0):
-        from .problem import Problem
+        from ..problem import Problem
 
         loss = _registry().get("loss", self.loss_name)
         rng = np.random.default_rng(seed)
@@ -197,7 +197,7 @@ class NoiseContract:
     horizon: int = 16
 
     def _make(self, seed=0, z=1.0, eps=1e6, delta=1e-5):
-        from .accounting import RdpAccountant
+        from ..accounting import RdpAccountant
 
         cls = _registry().get("noise", self.noise_name)
         acc = RdpAccountant(eps, delta, "replace-one")
@@ -206,7 +206,7 @@ class NoiseContract:
     def test_prefix_noise_variance(self):
         from scipy import stats
 
-        from .interfaces import Participation
+        from ..interfaces import Participation
 
         mech, _ = self._make(seed=7, z=1.3)
         s = 0.7
@@ -223,8 +223,8 @@ class NoiseContract:
             assert not consistent(rel * (2 / 3), sd) and not consistent(rel * 1.5, sd), t
 
     def test_charges_before_release_and_refuses_over_budget(self):
-        from .errors import BudgetExceededError
-        from .interfaces import Participation
+        from ..errors import BudgetExceededError
+        from ..interfaces import Participation
 
         mech, acc = self._make(z=0.3, eps=0.5)
         before = acc.epsilon_spent
@@ -238,7 +238,7 @@ class NoiseContract:
         assert acc.epsilon_spent == before and acc.n_charges == 0
 
     def test_reproducible_from_seed(self):
-        from .interfaces import Participation
+        from ..interfaces import Participation
 
         a, _ = self._make(seed=3)
         b, _ = self._make(seed=3)
