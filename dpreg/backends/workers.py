@@ -371,9 +371,33 @@ class DaskExecutor:
 
     def call(self, method: str, args: Sequence[tuple | None]) -> list:
         """``method(*args[k])`` on actor k (None: not called, no result),
-        concurrently; results in actor order."""
-        futs = [None if x is None else getattr(a, method)(*x) for a, x in zip(self.actors, args)]
-        return [None if f is None else self._wait(j, f) for j, f in enumerate(futs)]
+        concurrently; results in actor order.  The answers are collected in
+        the client's event loop, all in one hand-over per half second (not one
+        per actor), watching that every called worker is still there."""
+        pending = {j: getattr(a, method)(*x) for j, (a, x) in enumerate(zip(self.actors, args)) if x is not None}
+        out: list = [None] * len(args)
+        start = time.monotonic()
+        while pending:
+            try:
+                got = self.client.sync(_settle, list(pending.items()), callback_timeout=0.5)
+            except (TimeoutError, _dask_timeout()):
+                got = []
+            for j, ok, value in got:
+                del pending[j]
+                if ok:
+                    out[j] = value
+                elif isinstance(value, DpregError) or not self._lost(j):
+                    raise value
+                else:
+                    raise self._lost_error(j) from None
+            for j in pending:
+                if self._lost(j):
+                    raise self._lost_error(j)
+            if pending and self.timeout is not None and time.monotonic() - start > self.timeout:
+                j = min(pending)
+                raise DpregError(f"data-parallel run aborted: the Dask worker {self.addresses[j]} did not answer "
+                                 f"within {self.timeout:g} s; no record written")
+        return out
 
     def _wait(self, j: int, fut, actor: bool = False):
         """The result of actor j's call (or, ``actor``, the actor itself),
@@ -446,6 +470,18 @@ class DaskExecutor:
         finally:
             self.client = self.cluster = None
             self._loud()
+
+
+async def _settle(futs: list) -> list:
+    """``(j, ok, result or exception)`` of every ``(j, actor future)``, awaited
+    in the client's event loop."""
+    out = []
+    for j, f in futs:
+        try:
+            out.append((j, True, await f))
+        except Exception as exc:  # noqa: BLE001 - handed to the caller
+            out.append((j, False, exc))
+    return out
 
 
 def probe_scheduler(address: str, timeout: float) -> None:
