@@ -312,7 +312,7 @@ def model(res: dict, workers=(1, 2, 4, 8, 16, 32, 64), rtt: float = 100e-6, band
       is drawn by the algorithm as on one machine, not counted);
     * ``L(m) = L1 + (m - 1) h + rtt + 2 m B / bandwidth``: the call overhead,
       ``L1`` the fastest one-holder call measured, ``h`` what each further
-      holder added (the driver issues and collects the calls one by one),
+      holder added (the driver serialises, sends and answers each call itself),
       ``B`` a holder's bytes each way (the point, the sums and a call's
       framing), ``rtt`` one network round trip (loopback had none).
 

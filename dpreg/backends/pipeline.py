@@ -158,7 +158,7 @@ def run_sharded(cfg) -> dict:
         if given_opt is not None:
             raise ParameterError(f"{what} is not offered on sharded data (evaluate the released model with "
                                  f"dpreg predict)")
-    backend = cfg.backend or "local"
+    backend = cfg.backend or ("dask" if cfg.scheduler is not None else "local")
     if cfg.out is not None:
         check_writable(cfg.out)
     if cfg.threads is not None:
