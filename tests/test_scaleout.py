@@ -121,7 +121,7 @@ def test_one_shard_gives_the_plain_run(cluster, shards):
     """One shard is the plain problem: dp-gd on one .npz file through a
     worker process equals the ordinary in-memory run bit for bit."""
     kw = dict(algo="dp-gd", data=str(shards / "all.npz"), params={"steps": 20})
-    assert np.array_equal(_w(_run(**kw)), _w(_run(**kw, backend="dask", scheduler=cluster)))
+    assert np.array_equal(_w(_run(**kw)), _w(_run(**kw, scheduler=cluster)))  # an address: the dask backend
 
 
 @pytest.mark.slow  # the module's worker processes (started once, about 10-20 s on 2 busy cores)
