@@ -323,6 +323,17 @@ def test_schema_and_label_errors_name_the_shard(shards, tmp_path):
         _run(algo="dp-gd", data=str(tmp_path / "nan" / "*.parquet"))
 
 
+@pytest.mark.slow  # the module's worker processes (started once, about 10-20 s on 2 busy cores)
+def test_a_bad_shard_fails_on_its_worker_in_one_line(cluster, tmp_path):
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    np.savez(tmp_path / "a.npz", X=X, y=np.r_[np.ones(10), -np.ones(10)])
+    X[7, 2] = np.inf
+    np.savez(tmp_path / "b.npz", X=X, y=np.r_[np.ones(10), -np.ones(10)])
+    with pytest.raises(DataError) as exc:
+        _run(algo="dp-gd", data=str(tmp_path), backend="dask", scheduler=cluster)
+    assert "b.npz" in str(exc.value) and "record 8, column 3" in str(exc.value) and "\n" not in str(exc.value)
+
+
 def test_bad_scheduler_address_fails_in_seconds(shards):
     """A scheduler that refuses, or that accepts and never answers, fails the
     run in one line within its connect timeout."""
