@@ -16,16 +16,16 @@ __version__ = "0.1.0"
 __all__ = ["hookimpl", "run", "load_model", "PrivacyWarning", "DpregWarning", "__version__"]
 
 
-def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = "logistic",
+def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = "auto",
         data: Any = "adult", test_data: Any = None, test_fraction: float | None = None,
         epsilon: float = 1.0, delta: float | None = None, accountant: str = "rdp",
         params: dict[str, Any] | list[str] | None = None, epochs: float | None = None, lr: float | None = None,
         batch_size: int | None = None, max_grad_norm: float | None = None,
         noise_multiplier: float | None = None, seed: int | None = None, split_seed: int = 0,
         features: int | None = None, zero_based: bool | None = None, labels: Any = None,
-        intercept: bool | None = None, scaling: str = "auto", bounds: str | None = None,
-        scaling_share: float = 0.1, alpha: float | None = None, select: str | None = None,
-        select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
+        target_bounds: Any = "auto", target_share: float = 0.1, intercept: bool | None = None,
+        scaling: str = "auto", bounds: str | None = None, scaling_share: float = 0.1, alpha: float | None = None,
+        select: str | None = None, select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
         progress: Callable[[int, int], None] | None = None,
         warn: Callable[[str], None] | bool | None = None, backend: str | None = None,
         scheduler: str | None = None, workers: int | None = None, worker_threads: int | None = None,
@@ -41,9 +41,13 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     ``max_grad_norm``, ``noise_multiplier``: the practitioner names of the
     algorithm's own parameters (``dpreg info ALGO``), as ``dpreg run``'s
     ``--epochs`` etc.; ``noise_multiplier`` fixes the multiplier (refused
-    before any release if it would exceed ``epsilon``).  ``data`` may be a
-    directory or glob of shard files, or ``backend="dask"`` hold the records
-    on Dask workers (``scheduler``, ``workers``, ...: :mod:`dpreg.backends`,
+    before any release if it would exceed ``epsilon``).  ``loss="auto"``:
+    softmax for K > 2 declared classes (``labels=(a, b, c)``), squared for a
+    data set that declares a regression task, else logistic.
+    ``target_bounds``: the public range of a regression target ((lo, hi),
+    "auto" or "none"; :mod:`dpreg.tasks`).  ``data`` may be a directory or
+    glob of shard files, or ``backend="dask"`` hold the records on Dask
+    workers (``scheduler``, ``workers``, ...: :mod:`dpreg.backends`,
     docs/scale-out.md).  See :class:`dpreg.pipeline.RunConfig` for the other
     options.
 
@@ -62,10 +66,10 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         algo=algo, noise=noise, loss=loss, data=data, test_data=test_data, test_fraction=test_fraction,
         epsilon=epsilon, delta=delta, accountant=accountant, params=params,
         seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
-        intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share, alpha=alpha,
-        select=select, select_share=select_share, out=out, diagnostics=diagnostics, progress=progress,
-        warn=warn, backend=backend, scheduler=scheduler, workers=workers, worker_threads=worker_threads,
-        worker_memory=worker_memory, scheduler_timeout=scheduler_timeout))
+        target_bounds=target_bounds, target_share=target_share, intercept=intercept, scaling=scaling, bounds=bounds,
+        scaling_share=scaling_share, alpha=alpha, select=select, select_share=select_share, out=out,
+        diagnostics=diagnostics, progress=progress, warn=warn, backend=backend, scheduler=scheduler, workers=workers,
+        worker_threads=worker_threads, worker_memory=worker_memory, scheduler_timeout=scheduler_timeout))
 
 
 def load_model(path_or_record):

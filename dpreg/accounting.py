@@ -1028,8 +1028,10 @@ def pure_dp_event(epsilon: float):
     """
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ParameterError(f"pure-DP epsilon must be a finite number > 0, got {epsilon!r}")
-    return _dpa().RandomizedResponseDpEvent(noise_parameter=2.0 / (1.0 + math.exp(epsilon)),
-                                            num_buckets=2)
+    if epsilon > 700:  # 2 / (1 + e^eps) underflows towards 0: no randomized response to charge
+        raise ParameterError(f"pure-DP epsilon {epsilon:g} is beyond what the accountant represents (<= 700)")
+    e = math.exp(-epsilon)  # 2 / (1 + e^eps), without overflow
+    return _dpa().RandomizedResponseDpEvent(noise_parameter=2.0 * e / (1.0 + e), num_buckets=2)
 
 
 def _binary_rr_rdp(noise_parameter: float, orders: np.ndarray) -> np.ndarray:
@@ -1037,8 +1039,9 @@ def _binary_rr_rdp(noise_parameter: float, orders: np.ndarray) -> np.ndarray:
     Q = (1-p, p) with p = 1 - noise/2: ``log(p^a q^(1-a) + q^a p^(1-a)) / (a-1)``
     (order 1: the KL divergence (p - q) log(p/q)); equal to dp-accounting's
     ``_randomized_response_rdp_replace_one`` for two buckets (tested)."""
-    p = 1.0 - noise_parameter / 2.0
-    lp, lq = math.log(p), math.log1p(-p)
+    q = noise_parameter / 2.0  # p = 1 - q; from q, so that p rounding to 1 (epsilon > ~37) loses nothing
+    p = 1.0 - q
+    lp, lq = math.log1p(-q), math.log(q)
     a = np.asarray(orders, dtype=float)
     out = np.empty_like(a)
     one = np.isclose(a, 1.0)

@@ -137,7 +137,8 @@ def _complete(kind):
 #: ``dpreg run`` options a ``--config`` TOML file may set (its keys; "params"
 #: is a table of algorithm parameters)
 CONFIG_KEYS = ("algo", "noise", "loss", "data", "test_data", "test_fraction", "epsilon", "delta", "accountant",
-               "params", "seed", "split_seed", "features", "zero_based", "labels", "intercept", "scaling",
+               "params", "seed", "split_seed", "features", "zero_based", "labels", "target_bounds", "target_share",
+               "intercept", "scaling",
                "bounds", "scaling_share", "alpha", "select", "select_share", "out", "threads", "backend",
                "scheduler", "workers", "worker_memory", "epochs", "lr", "batch_size", "max_grad_norm", "noise_multiplier")
 
@@ -180,7 +181,9 @@ def _read_config(ctx, param, path):
               help="algorithm name (dpreg list algorithm) [default: adaptive-spider]")
 @click.option("--noise", default=None, shell_complete=_complete("noise"),
               help="noise mechanism for the running sum (dpreg list noise) [default: tree]")
-@click.option("--loss", default=None, shell_complete=_complete("loss"), help="loss name [default: logistic]")
+@click.option("--loss", default=None, shell_complete=_complete("loss"),
+              help="loss name, or auto: softmax for K > 2 declared classes, squared for a data set that "
+                   "declares a regression task, else logistic [default: auto]")
 @click.option("--data", default=None, shell_complete=_complete("dataset"),
               help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz), or a directory or glob of shard files "
                    "(also .parquet; trained on without loading them into one process) [default: adult]")
@@ -206,9 +209,16 @@ def _read_config(ctx, param, path):
 @click.option("--features", type=int, default=None, help="public number of features d (svmlight) [default: declared by the data set, else inferred]")
 @click.option("--zero-based/--one-based", "zero_based", default=None,
               help="public svmlight index base [default: declared by the data set, else inferred]")
-@click.option("--labels", default=None, metavar="NEG,POS",
-              help="public raw label values of the negative and positive class [default: fixed maps for -1/+1 "
-                   "and 0/1, else inferred]")
+@click.option("--labels", default=None, metavar="NEG,POS|A,B,C",
+              help="public raw label values: NEG,POS of a binary task, or the K classes in order (then "
+                   "--loss defaults to softmax) [default: declared by the data set; binary: fixed maps for "
+                   "-1/+1 and 0/1; else inferred, with a warning]")
+@click.option("--target-bounds", default=None, metavar="LO,HI|auto|none",
+              help="public range of a regression target, mapped into [-1, 1] (predictions come back in its "
+                   "units); auto: the data set's declared range, else estimated privately with "
+                   "--target-share of epsilon; none: targets as they are [default: auto]")
+@click.option("--target-share", type=float, default=0.1, show_default=True,
+              help="share of epsilon for the private target range (--target-bounds auto)")
 @click.option("--intercept/--no-intercept", default=None, help="fit an intercept [default: on for classifiers]")
 @click.option("--scaling", type=click.Choice(["auto", "none", "bounds", "private"]), default="auto", show_default=True,
               help="per-feature scaling: auto (the data set's declared public bounds, if any), public --bounds, "
@@ -247,8 +257,9 @@ def _read_config(ctx, param, path):
 @user_errors
 def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, epochs, lr,
         batch_size, max_grad_norm, noise_multiplier, seed, split_seed,
-        features, zero_based, labels, intercept, scaling, bounds, scaling_share, alpha, select, select_share, out,
-        force, threads, quiet, verbose, backend, scheduler, workers, worker_memory, no_diagnostics, as_json):
+        features, zero_based, labels, target_bounds, target_share, intercept, scaling, bounds, scaling_share, alpha,
+        select, select_share, out, force, threads, quiet, verbose, backend, scheduler, workers, worker_memory,
+        no_diagnostics, as_json):
     """Run one private optimization and report privacy spent and metrics.
 
     --epochs, --lr, --batch-size, --max-grad-norm and --noise-multiplier are
@@ -284,6 +295,7 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
                     data=data or DEFAULTS["data"], test_data=test_data, test_fraction=test_fraction,
                     epsilon=epsilon, delta=delta, accountant=accountant, params=params,
                     seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
+                    target_bounds=target_bounds if target_bounds is not None else "auto", target_share=target_share,
                     intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share,
                     alpha=alpha, select=select, select_share=select_share, out=out,
                     diagnostics=not no_diagnostics, warn=warn, threads=threads, write_record=False,
@@ -378,7 +390,7 @@ def _summary(rec, out):
     click.echo("release (safe to publish)")
     click.echo(f"  privacy   epsilon={pr['epsilon']:.4g} of {pr['epsilon_budget']:g}  delta={pr['delta']:.3g}  "
                f"({pr['accountant']}; {pr['relation']}; randomness {pr['randomness']})")
-    click.echo(f"  model     {len(mo['weights'])} weights, intercept {mo['intercept']:.4g}")
+    click.echo(f"  model     {_model_line(mo)}")
     diag = rec.get("diagnostics")
     if diag is None:
         click.echo("diagnostics: not computed (--no-diagnostics)")
@@ -390,6 +402,8 @@ def _summary(rec, out):
                    f"lambda_min={_fmt(m.get('train_lambda_min'))}"
             if "train_accuracy" in m:
                 line += f"  accuracy={m['train_accuracy']:.4f}"
+            if "train_r2" in m:
+                line += f"  R2={_fmt(m['train_r2'], '.4f')}  RMSE={m['train_rmse']:.4g}"
             click.echo(line)
         for e in diag.get("errors", []):
             click.echo(f"  failed    {e}")
@@ -397,6 +411,8 @@ def _summary(rec, out):
             line = f"  test      |grad|={m['test_grad_norm']:.4g}  loss={m['test_loss']:.4g}"
             if "test_accuracy" in m:
                 line += f"  accuracy={m['test_accuracy']:.4f}"
+            if "test_r2" in m:
+                line += f"  R2={_fmt(m['test_r2'], '.4f')}  RMSE={m['test_rmse']:.4g}"
             click.echo(line)
         ref = f"  compare   loss at w=0 {_fmt(b.get('train_loss_at_zero'))}"
         if "nonprivate_train_loss" in b:
@@ -407,6 +423,12 @@ def _summary(rec, out):
             ref += f"; train majority class {b['train_majority_rate']:.4f}"
         if "nonprivate_test_accuracy" in b:
             ref += f", non-private test accuracy {b['nonprivate_test_accuracy']:.4f}"
+        if b.get("test_r2_of_train_mean") is not None:
+            ref += f"; test R2 of the training mean {b['test_r2_of_train_mean']:.4f}"
+        if b.get("nonprivate_test_r2") is not None:
+            ref += f", non-private test R2 {b['nonprivate_test_r2']:.4f}"
+        elif b.get("nonprivate_train_r2") is not None:
+            ref += f"; non-private train R2 {b['nonprivate_train_r2']:.4f}"
         click.echo(ref)
         if "train_is_alpha_sosp" in m:
             click.echo(f"  alpha-SOSP (alpha={c['alpha']:g}): {m['train_is_alpha_sosp']}")
@@ -434,16 +456,33 @@ def _summary(rec, out):
         click.echo(f"warning: {w}", err=True)
 
 
+def _model_line(mo: dict) -> str:
+    """The summary's model line: weights, classes or target range, intercept."""
+    line = f"{len(mo['weights'])} weights"
+    if mo.get("n_classes"):
+        line += f", {mo['n_classes']} classes"
+    target = mo.get("target") or {}
+    if target.get("kind") == "bounds":
+        line += f", target range [{target['lower']:.4g}, {target['upper']:.4g}] ({target.get('source')})"
+    icpt = mo.get("intercept")
+    if isinstance(icpt, (int, float)):
+        line += f", intercept {icpt:.4g}"
+    return line
+
+
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--data", required=True, help="records to predict: a file (.svm/.csv/.npz) or a data-set name")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="write CSV 'prediction,margin' here [default: print to stdout]")
+              help="write the CSV here [default: print to stdout]: 'prediction,margin' for a binary model, "
+                   "'prediction' (class labels; values in the target's units for regression) otherwise")
+@click.option("--proba", is_flag=True, help="add one column of probabilities per class (p_LABEL; logistic and "
+                                            "softmax models)")
 @user_errors
-def predict(model, data, out):
+def predict(model, data, out, proba):
     """Predict with a released model (a dpreg run record) on new records."""
     from .data import Schema
-    from .model import load_model, write_predictions
+    from .model import load_model, prediction_table, write_predictions
     from .pipeline import load_data
     from .results import check_writable
 
@@ -451,15 +490,14 @@ def predict(model, data, out):
     if out is not None:
         check_writable(out)
     loaded = load_data(data, schema=Schema(mdl.n_features, mdl.zero_based), split_seed=0)
-    margins = mdl.decision_function(loaded.X)
-    labels = mdl.predict(loaded.X) if mdl.classifier else margins
+    header, rows = prediction_table(mdl, loaded.X, proba=proba)
     if out is None:
-        click.echo("prediction,margin")
-        for a, m in zip(labels, margins):
-            click.echo(f"{a:g},{m:.17g}")
+        click.echo(",".join(header))
+        for r in rows:
+            click.echo(",".join(r))
     else:
-        write_predictions(out, labels, margins)
-        click.echo(f"{len(labels)} predictions written to {out}", err=True)
+        write_predictions(out, header, rows)
+        click.echo(f"{len(rows)} predictions written to {out}", err=True)
 
 
 @cli.command()

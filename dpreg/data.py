@@ -42,12 +42,13 @@ class Schema:
 
     n_features: number of feature columns d (svmlight: indices must be < d)
     zero_based: svmlight feature indices start at 0 (True) or 1 (False)
-    labels:     (negative, positive) raw label values of a binary task
+    labels:     the raw label values of a classification task, in order:
+                (negative, positive) for two classes, (c_0, ..., c_{K-1}) for K
     """
 
     n_features: int | None = None
     zero_based: bool | None = None
-    labels: tuple[float, float] | None = None
+    labels: tuple[float, ...] | None = None
 
     def merged(self, other: "Schema") -> "Schema":
         """This schema with the fields it leaves None taken from ``other``."""
@@ -71,6 +72,10 @@ class LabelMap:
     def for_training(y: np.ndarray, declared: tuple[float, float] | None, where: str) -> "LabelMap":
         """The map for a training set; DataError when it cannot be binary."""
         if declared is not None:
+            if len(declared) != 2:
+                shown = ",".join(f"{float(v):g}" for v in declared)
+                raise DataError(f"{where}: {len(declared)} labels are declared ({shown}) but the loss is binary; "
+                                f"use --loss softmax for K classes")
             neg, pos = (float(v) for v in declared)
             if neg == pos:
                 raise DataError(f"{where}: the two declared labels must differ, got {neg:g},{pos:g}")
@@ -85,6 +90,8 @@ class LabelMap:
         if len(vals) != 2:
             shown = ", ".join(f"{v:g}" for v in vals[:5]) + (", ..." if len(vals) > 5 else "")
             hint = " (a CSV file's label is its FIRST column)" if ".csv" in where.lower() else ""
+            if np.all(vals == np.floor(vals)) and len(vals) <= 1000:
+                hint += "; for K classes use --loss softmax (and declare them: --labels a,b,c)"
             raise DataError(f"{where}: labels are not binary ({len(vals)} distinct values: {shown}){hint}")
         return LabelMap(float(vals[0]), float(vals[1]), "inferred")
 
@@ -103,6 +110,55 @@ class LabelMap:
         return {"negative": self.negative, "positive": self.positive, "source": self.source}
 
 
+@dataclass(frozen=True)
+class ClassMap:
+    """Raw label values of K >= 2 classes -> class indices 0..K-1 (float64), in
+    the order of ``classes``: the label map of a multi-class task.  ``source``:
+    "declared" (public input: ``--labels a,b,c``, ``classes=``, a data set's
+    schema) or "inferred" (the distinct values of the training labels, sorted;
+    one record can change it: reported as such)."""
+
+    classes: tuple[float, ...]
+    source: str
+
+    @staticmethod
+    def for_training(y: np.ndarray, declared, where: str) -> "ClassMap":
+        """The map for a training set; DataError when it has fewer than two classes."""
+        if declared is not None:
+            vals = tuple(float(v) for v in declared)
+            if len(set(vals)) != len(vals):
+                raise DataError(f"{where}: the declared labels must differ, got {','.join(f'{v:g}' for v in vals)}")
+            if len(vals) < 2:
+                raise DataError(f"{where}: need at least two classes, got {len(vals)}")
+            return ClassMap(vals, "declared")
+        vals = np.unique(y)
+        if len(vals) < 2:
+            raise DataError(f"{where}: labels have one class only ({vals[0]:g}); need two or more")
+        return ClassMap(tuple(float(v) for v in vals), "inferred")
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.classes)
+
+    def apply(self, y: np.ndarray, where: str) -> np.ndarray:
+        """Raw labels -> class indices; a label outside the map is a DataError."""
+        cls = np.asarray(self.classes, dtype=np.float64)
+        order = np.argsort(cls, kind="stable")
+        srt = cls[order]
+        pos = np.searchsorted(srt, y)
+        pos = np.minimum(pos, len(srt) - 1)
+        bad = srt[pos] != y
+        if bad.any():
+            r = int(np.flatnonzero(bad)[0])
+            shown = ",".join(f"{v:g}" for v in self.classes[:10]) + (",..." if len(self.classes) > 10 else "")
+            raise DataError(f"{where}: label {y[r]:g} at record {r + 1} is not one of the {len(self.classes)} "
+                            f"classes ({shown})")
+        return order[pos].astype(np.float64)
+
+    def as_dict(self) -> dict:
+        return {"classes": list(self.classes), "source": self.source}
+
+
 @dataclass
 class DatasetSource:
     """A named data source (registered with ``dpreg_register_datasets``).
@@ -116,8 +172,14 @@ class DatasetSource:
     load: Callable[[int], tuple[np.ndarray, np.ndarray]]
     summary: str
     load_test: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None
-    #: label kind the source produces ("binary" or "real")
+    #: label kind the source produces ("binary", "multiclass" or "real")
     labels: str = "binary"
+    #: the task the source is for ("binary", "multiclass", "regression"; None:
+    #: not declared), which picks the loss of ``--loss auto``
+    task: str | None = None
+    #: public (lower, upper) bounds of a regression target the source declares
+    #: (used by ``--target-bounds auto``, the default), or None
+    target_bounds: tuple[float, float] | None = None
     #: public layout: the source's own data never needs inference
     schema: Schema = Schema()
     #: public per-feature (lower, upper) bounds the source declares (used by

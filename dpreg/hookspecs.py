@@ -5,7 +5,7 @@ hook receives a ``register`` callable bound to its kind::
 
     @hookimpl
     def dpreg_register_losses(register):
-        register("huber", HuberLoss(), summary="Huber loss on a linear model")
+        register("huber-hinge", HuberHinge(), summary="Huber-smoothed hinge loss")
 
 ``register(name, obj, *, summary)`` validates on the spot (see
 :class:`dpreg.registry.Registry`).  Hooks return nothing.

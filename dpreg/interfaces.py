@@ -60,6 +60,9 @@ class LinearModelLoss:
     name: ClassVar[str] = ""
     #: "binary" (labels in {-1,+1}), "real" (any finite y), "ignored"
     labels: ClassVar[str] = "binary"
+    #: what the loss learns: "binary", "multiclass" or "regression"; None:
+    #: derived from ``labels`` (:func:`dpreg.tasks.loss_task`)
+    task: ClassVar[str | None] = None
     #: feasible set: the ball of this radius (None: all of R^d)
     radius: ClassVar[float | None] = None
     #: whether sign(<x, w>) predicts the label (accuracy is reported)
@@ -162,6 +165,17 @@ def _resolve(func):
         module, _, attr = func.partition(":")
         return getattr(importlib.import_module(module), attr)
     return func
+
+
+def problem_supports(problem, capability: str) -> str | None:
+    """None when ``problem`` provides ``capability`` (an optional method of the
+    problem protocol: ``clipped_hessian_sum``, ``clipped_zo_sum``, ...), else
+    why not, in a few words: the problem's own ``supports(capability)`` when
+    it has one, else whether it has the method."""
+    supports = getattr(problem, "supports", None)
+    if supports is not None:
+        return supports(capability)
+    return None if callable(getattr(problem, capability, None)) else "not provided"
 
 
 # ------------------------------------------------------------------- participation
@@ -451,6 +465,15 @@ class Algorithm(ABC):
     #: :meth:`released` shows every noisy release made outside a noise
     #: mechanism, as ``(label, value)``; it never changes the run
     release_observer: Callable[[str, np.ndarray], None] | None = None
+
+    @classmethod
+    def requirements(cls, params: dict[str, Any]) -> dict[str, str]:
+        """What a run with these (bound) params needs of its problem beyond the
+        problem protocol's clipped gradient sums: ``{capability: what it is
+        for}``, e.g. ``{"clipped_hessian_sum": "per-record clipped Hessians"}``.
+        The pipeline refuses, in one line and before any release, a problem
+        that does not provide one (:func:`problem_supports`)."""
+        return {}
 
     @classmethod
     def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:

@@ -29,7 +29,12 @@ def _lanczos_max_d() -> int:
 
 def lambda_min(problem, w) -> float | None:
     """Smallest eigenvalue of the empirical Hessian at w (None when skipped:
-    d above the Lanczos limit, or no Ritz value within the matvec cap)."""
+    d above the Lanczos limit, or no Ritz value within the matvec cap); a
+    problem that knows it exactly answers itself (its ``lambda_min(w)``:
+    softmax, whose Hessian is singular and positive semi-definite)."""
+    own = getattr(problem, "lambda_min", None)
+    if own is not None:
+        return float(own(w))
     if problem.d <= DENSE_MAX_D:
         return float(np.linalg.eigvalsh(problem.hessian(w))[0])
     if problem.d > _lanczos_max_d():
@@ -48,14 +53,47 @@ def lambda_min(problem, w) -> float | None:
 
 
 def accuracy(problem, w) -> float:
-    """Fraction of records with sign(decision function) == y, the decision
-    function being <x, w> for linear models (ties count as wrong).  A problem
-    whose records are held elsewhere counts them itself (``problem.accuracy``)."""
+    """Fraction of records classified right: sign(decision function) == y for
+    a binary model (labels -1/+1, <x, w> for linear models; ties count as
+    wrong), the class of the largest output == y for a K-class model (labels
+    0..K-1; ties go to the first class).  A problem whose records are held
+    elsewhere counts them itself (``problem.accuracy``)."""
     own = getattr(problem, "accuracy", None)
     if own is not None:
         return float(own(w))
     m = problem.decision_function(w)
+    if m.ndim == 2:
+        return float(np.mean(np.argmax(m, axis=1) == problem.y))
     return float(np.mean(np.sign(m) == problem.y))
+
+
+def majority_rate(problem) -> float:
+    """The share of the most frequent class (binary labels -1/+1 or class
+    indices 0..K-1): the accuracy of predicting it for every record."""
+    from .tasks import loss_task
+
+    y = np.asarray(problem.y)
+    if loss_task(problem.loss) == "multiclass":
+        return float(np.bincount(y.astype(np.int64)).max() / max(1, y.size))
+    pos = float(np.mean(y > 0))
+    return max(pos, 1.0 - pos)
+
+
+def regression(problem, w, target, y_raw, prefix: str = "train", reference_mean: float | None = None) -> dict:
+    """R^2 and RMSE of the model's predictions in the user's units
+    (``target.inverse`` of the decision function) against the raw targets
+    ``y_raw``; with ``reference_mean``, also the R^2 of predicting that constant
+    (the training mean: the baseline a model must beat)."""
+    pred = target.inverse(problem.decision_function(w))
+    y = np.asarray(y_raw, dtype=float)
+    ss = float(np.sum((y - y.mean()) ** 2))
+    res = float(np.sum((y - pred) ** 2))
+    out = {f"{prefix}_r2": (1.0 - res / ss) if ss > 0 else None,
+           f"{prefix}_rmse": math.sqrt(res / max(1, y.size))}
+    if reference_mean is not None:
+        res0 = float(np.sum((y - reference_mean) ** 2))
+        out[f"{prefix}_r2_of_train_mean"] = (1.0 - res0 / ss) if ss > 0 else None
+    return out
 
 
 def evaluate(problem, w, *, alpha: float | None = None, prefix: str = "train") -> dict:

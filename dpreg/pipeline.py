@@ -35,7 +35,7 @@ from .errors import DataError, DpregError, ParameterError
 from .params import bind, parse_pairs
 from .registry import get_registry
 
-DEFAULTS = {"algo": "adaptive-spider", "noise": "tree", "loss": "logistic", "data": "adult"}
+DEFAULTS = {"algo": "adaptive-spider", "noise": "tree", "loss": "auto", "data": "adult"}
 
 #: one sentence, in the record and on the terminal, whenever a seed is given
 SEEDED_NOTE = ("randomness is seeded (--seed): the privacy guarantee holds only while the seed stays "
@@ -67,7 +67,10 @@ class RunConfig:
     path, or an ``(X, y)`` pair of arrays.  ``seed``: None (secret OS entropy,
     the default) or a research seed.  ``features`` / ``zero_based`` /
     ``labels``: the public schema (None: the data set's declared one, else
-    inferred and reported).  ``intercept``: None = on for classifier losses.
+    inferred and reported; two values NEG,POS or K values for K classes).
+    ``loss`` "auto": softmax when K > 2 classes are declared, squared for a
+    data set that declares a regression task, else logistic.
+    ``intercept``: None = on for classifiers and regression losses.
     ``scaling``: "auto" (the data set's declared public bounds if any; none
     for a source that declares a common scale, an svmlight file or a sparse
     array; else private scales where ``preprocess.private_scaling_pays``
@@ -91,6 +94,15 @@ class RunConfig:
     features: int | None = None
     zero_based: bool | None = None
     labels: Any = None
+    #: regression targets: "auto" (the data set's declared bounds, else a
+    #: private estimate spending ``target_share`` of epsilon), (lo, hi) / "LO,HI"
+    #: public bounds, or "none" (targets as they are); see :mod:`dpreg.tasks`
+    target_bounds: Any = "auto"
+    target_share: float = 0.1
+    #: the task when the caller knows it ("binary", "multiclass", "regression":
+    #: the scikit-learn estimators); None: from the public schema (declared
+    #: labels, the data set's declared task, explicit target bounds)
+    task: str | None = None
     intercept: bool | None = None
     scaling: str = "auto"
     bounds: str | None = None
@@ -158,18 +170,22 @@ def get_loss(reg, spec: str):
         raise ParameterError(f"loss {name!r}: bad options {kw}: {exc}") from None
 
 
-def parse_labels(raw) -> tuple[float, float] | None:
-    """``"NEG,POS"`` (or a pair) -> (negative, positive) raw label values."""
+def parse_labels(raw) -> tuple[float, ...] | None:
+    """``"NEG,POS"`` or ``"a,b,c"`` (or a sequence) -> the raw label values in
+    order: two for a binary task (negative, positive), K for K classes."""
     if raw is None:
         return None
     parts = raw.split(",") if isinstance(raw, str) else list(raw)
     try:
-        neg, pos = (float(v) for v in parts)
+        vals = tuple(float(v) for v in parts)
     except (TypeError, ValueError):
-        raise ParameterError(f"labels must be two numbers NEG,POS; got {raw!r}") from None
-    if neg == pos or not (math.isfinite(neg) and math.isfinite(pos)):
-        raise ParameterError(f"labels must be two different finite numbers NEG,POS; got {raw!r}")
-    return neg, pos
+        raise ParameterError(f"labels must be numbers NEG,POS (two classes) or a,b,c,... (K classes); "
+                             f"got {raw!r}") from None
+    if len(vals) < 2 or not all(math.isfinite(v) for v in vals):
+        raise ParameterError(f"labels must be at least two finite numbers; got {raw!r}")
+    if len(set(vals)) != len(vals):
+        raise ParameterError(f"labels must be different numbers; got {raw!r}")
+    return vals
 
 
 @dataclass
@@ -245,7 +261,7 @@ def load_prepared(spec, *, seed: int = 0, labels: str = "binary", d: int | None 
 
 def _validate(cfg: RunConfig, reg):
     algo_cls = reg.get("algorithm", cfg.algo)
-    loss = get_loss(reg, cfg.loss)
+    loss = None if cfg.loss in (None, "auto") else get_loss(reg, cfg.loss)  # "auto": resolved with the data
     acc_cls = reg.get("accountant", cfg.accountant)
     if cfg.noise is not None and not algo_cls.uses_noise:
         raise ParameterError(f"algorithm {cfg.algo!r} keeps no running sum and takes no --noise")
@@ -273,6 +289,13 @@ def _validate(cfg: RunConfig, reg):
         raise ParameterError(f"scaling must be one of {', '.join(MODES)}, got {cfg.scaling!r}")
     if (cfg.scaling == "bounds") != (cfg.bounds is not None):
         raise ParameterError("--bounds FILE goes with --scaling bounds (and only with it)")
+    if not (isinstance(cfg.target_share, (int, float)) and 0 < cfg.target_share < 1):
+        raise ParameterError(f"target share must be in (0, 1), got {cfg.target_share!r}")
+    if cfg.target_bounds is not None and not (isinstance(cfg.target_bounds, str)
+                                              and cfg.target_bounds.strip().lower() in ("auto", "none")):
+        from .tasks import parse_target_bounds
+
+        parse_target_bounds(cfg.target_bounds)
     if cfg.scaling == "private" and not (0 < cfg.scaling_share < 1):
         raise ParameterError(f"scaling share must be in (0, 1), got {cfg.scaling_share!r}")
     sel_cls = sel_opts = None
@@ -313,12 +336,146 @@ def _pipeline_rng(cfg: RunConfig, root: int, stream: int) -> np.random.Generator
     return np.random.default_rng(np.random.SeedSequence([root, 0x5E1EC7, stream]))
 
 
+# ------------------------------------------------------- tasks: loss, labels, targets
+def public_task(cfg: RunConfig, loaded) -> str | None:
+    """The task as public facts give it, or None: the caller's ``cfg.task``;
+    declared labels (two: binary, more: multi-class); the data set's declared
+    task; explicit ``--target-bounds`` (regression).  Never read off the data."""
+    if cfg.task is not None:
+        from .tasks import TASKS
+
+        if cfg.task not in TASKS:
+            raise ParameterError(f"task must be one of {', '.join(TASKS)}, got {cfg.task!r}")
+        return cfg.task
+    declared = loaded.schema.labels if loaded.schema is not None else None
+    if declared is not None:
+        return "multiclass" if len(declared) > 2 else "binary"
+    task = getattr(loaded.source, "task", None)
+    if task is not None:
+        return task
+    tb = cfg.target_bounds
+    if tb is not None and not (isinstance(tb, str) and tb.strip().lower() in ("auto", "none")):
+        return "regression"
+    return None
+
+
+#: the loss of ``--loss auto`` for each public task
+AUTO_LOSS = {"binary": "logistic", "multiclass": "softmax", "regression": "squared"}
+
+
+def resolve_loss(reg, cfg: RunConfig, loss, loaded):
+    """``(loss, spec)`` for the run, from public facts only (:func:`public_task`):
+    ``--loss auto`` is softmax for a multi-class task, squared for regression,
+    else logistic; a loss that serves several tasks (a network's head:
+    ``for_task(task, K)``) is configured for the public task, K the number of
+    declared labels (the label map binds it otherwise)."""
+    spec = cfg.loss
+    task = public_task(cfg, loaded)
+    if spec in (None, "auto"):
+        spec = AUTO_LOSS.get(task, "logistic")
+        loss = get_loss(reg, spec)
+    for_task = getattr(loss, "for_task", None)
+    if for_task is not None and task is not None:
+        declared = loaded.schema.labels if loaded.schema is not None else None
+        loss = for_task(task, len(declared) if (task == "multiclass" and declared is not None) else None)
+    return loss, spec
+
+
+def loss_spec_of(loss, spec: str) -> str:
+    """The ``--loss`` string that rebuilds ``loss`` (its own ``spec()`` when it
+    has one: a network's, with its head), else the one given."""
+    own = getattr(loss, "spec", None)
+    own = own() if callable(own) else own
+    return own if isinstance(own, str) and own else spec
+
+
+def training_label_map(loss, y, declared, where):
+    """``(label map, loss)`` for the loss's task: a two-class
+    :class:`~dpreg.data.LabelMap` (binary), a K-class
+    :class:`~dpreg.data.ClassMap` with the loss bound to K classes
+    (multi-class: :func:`dpreg.tasks.bind_classes`), or None (regression).
+    The map is the declared one when the schema declares it, else read off the
+    training labels (``source`` "inferred": the caller reports it)."""
+    from .data import ClassMap, LabelMap
+    from .tasks import bind_classes, loss_task
+
+    task = loss_task(loss)
+    if task == "binary":
+        return LabelMap.for_training(y, declared, where), loss
+    if task == "multiclass":
+        cmap = ClassMap.for_training(y, declared, where)
+        return cmap, bind_classes(loss, cmap.n_classes)
+    if declared is not None:
+        raise ParameterError(f"loss {loss.name!r} is a regression loss: it takes no --labels")
+    return None, loss
+
+
+def own_biases(loss) -> bool:
+    """Whether the loss builds a model with its own bias terms (``mlp``): no
+    intercept column then.  A loss that builds its own problem but is linear in
+    the features (``softmax``: ``intercept_column``) takes the column."""
+    return getattr(loss, "make_problem", None) is not None and not getattr(loss, "intercept_column", False)
+
+
+def target_transform(cfg: RunConfig, loss, source, y, accountant, rng):
+    """``(TargetTransform or None, info or None)`` for the run's regression
+    targets (None for a loss that does not predict its target):
+
+    * ``cfg.target_bounds`` (lo, hi) / "LO,HI": public bounds, declared;
+    * "none": targets as they are (a robust loss's gradient is bounded anyway;
+      every gradient is clipped in the kernel whatever the transform);
+    * "auto" (default): the data set's declared ``target_bounds``, else
+      symmetric bounds estimated privately with ``target_share`` of epsilon
+      (:func:`dpreg.tasks.private_target_bounds`, pure DP, charged to the one
+      accountant before the estimate and before the run, which calibrates to
+      what is left).
+
+    Nothing about the targets is read without one of these."""
+    from .tasks import (TargetTransform, check_regression_targets, parse_target_bounds, predicts_target,
+                        private_target_bounds, target_event)
+
+    raw = cfg.target_bounds
+    if not predicts_target(loss):
+        if raw is not None and not (isinstance(raw, str) and raw.strip().lower() in ("auto", "none")):
+            raise ParameterError(f"--target-bounds applies to regression losses (squared, huber); "
+                                 f"loss {loss.name!r} does not predict its target")
+        return None, None
+    check_regression_targets(y, "data")
+    if isinstance(raw, str) and raw.strip().lower() == "none":
+        return TargetTransform(), None
+    parsed = parse_target_bounds(raw)
+    if parsed not in (None, "auto"):
+        return TargetTransform.bounds(*parsed, source="declared"), None
+    declared = getattr(source, "target_bounds", None)
+    if declared is not None:
+        return TargetTransform.bounds(*declared, source="declared"), None
+    eps_t = float(cfg.target_share) * float(cfg.epsilon)
+    accountant.charge(target_event(eps_t), None, label="private target bounds (charged before the run)")
+    lo, hi, info = private_target_bounds(y, eps_t, rng)
+    return TargetTransform.bounds(lo, hi, source="private"), info
+
+
+def check_algorithm_fits(algo_cls, params, problem, loss_spec: str) -> None:
+    """Refuse, in one line and before any release, an algorithm whose
+    requirements (:meth:`dpreg.interfaces.Algorithm.requirements`: e.g. the
+    trust region's clipped per-record Hessians, zo-o2nc's zeroth-order sums)
+    the problem does not provide (:func:`dpreg.interfaces.problem_supports`)."""
+    from .interfaces import problem_supports
+
+    for cap, why in algo_cls.requirements(params).items():
+        reason = problem_supports(problem, cap)
+        if reason is not None:
+            raise ParameterError(f"algorithm {algo_cls.name!r} needs {why}, which loss {loss_spec!r} does not "
+                                 f"provide ({reason})")
+
+
 def run_pipeline(cfg: RunConfig) -> dict:
     """Run one configured pipeline; return the JSON-ready record (and write it
     to ``cfg.out`` if given).  Raises DpregError for anything the user got wrong,
     before any private computation when it can be known in advance."""
     from .data import LabelMap, Schema, prepare, split
     from .interfaces import secret_seed
+    from .tasks import loss_task, predicts_target
     from .preprocess import Preprocessing, private_scales, private_scaling_pays, read_bounds
     from .problem import make_problem
     from .results import check_writable, to_json, write_atomic
@@ -347,11 +504,12 @@ def run_pipeline(cfg: RunConfig) -> dict:
     inferred = dict(tr.inferred)
     # validate (shape, finite values); labels mapped below, rows scaled with the preprocessing
     X, y = prepare(X, y, labels="real", where=f"data {tr.description}", scale_rows=False)
-    label_map = None
-    if loss.labels == "binary":
-        label_map = LabelMap.for_training(y, tr.schema.labels if tr.schema else None, f"data {tr.description}")
-        if label_map.source == "inferred":
-            inferred["labels"] = [label_map.negative, label_map.positive]
+    loss, loss_spec = resolve_loss(reg, cfg, loss, tr)
+    label_map, loss = training_label_map(loss, y, tr.schema.labels if tr.schema else None,
+                                         f"data {tr.description}")
+    if label_map is not None and label_map.source == "inferred":
+        inferred["labels"] = ([label_map.negative, label_map.positive] if isinstance(label_map, LabelMap)
+                              else list(label_map.classes))
     Xte = yte = None
     test_desc = None
     if cfg.test_data is not None:
@@ -387,10 +545,18 @@ def run_pipeline(cfg: RunConfig) -> dict:
     accountant = acc_cls(cfg.epsilon, delta, algo_cls.relation_for(params))
 
     # ---- preprocessing (public, or private and charged first)
-    own_model = getattr(loss, "make_problem", None) is not None  # e.g. mlp: its own biases
+    own_model = own_biases(loss)  # e.g. mlp: its own biases
     if own_model and cfg.intercept:
-        raise ParameterError(f"loss {cfg.loss!r} has its own bias terms: it takes no --intercept")
-    intercept = (loss.classifier and not own_model) if cfg.intercept is None else bool(cfg.intercept)
+        raise ParameterError(f"loss {loss_spec!r} has its own bias terms: it takes no --intercept")
+    intercept = ((loss.classifier or predicts_target(loss)) and not own_model) if cfg.intercept is None \
+        else bool(cfg.intercept)
+    # ---- regression targets into the model's units (public bounds, or private and charged first)
+    target, target_info = target_transform(cfg, loss, tr.source, y, accountant, _pipeline_rng(cfg, root, 4))
+    y_raw, yte_raw = y, yte
+    if target is not None:
+        y = target.apply(y)
+        if yte is not None:
+            yte = target.apply(yte)
     scaling_info = None
     if is_sparse(X):
         if sel_cls is not None:
@@ -425,6 +591,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     problem = make_problem(loss, X, y, name=tr.description, row_bound=prep.row_bound)
     test_problem = (make_problem(loss, Xte, yte, name=test_desc, row_bound=prep.row_bound)
                     if Xte is not None else None)
+    check_algorithm_fits(algo_cls, params, problem, loss_spec)
 
     # ---- compile (or load cached) kernels before timing the run
     stage("loading kernels (compiled on the first run only)")
@@ -456,16 +623,17 @@ def run_pipeline(cfg: RunConfig) -> dict:
         "note": RELEASE_NOTE,
         "model": model_dict(w, loss, prep, label_map,
                             inferred.get("zero_based", getattr(tr.schema, "zero_based", None)),
-                            loss_spec=cfg.loss),
+                            loss_spec=loss_spec_of(loss, loss_spec), target=target),
         "privacy": privacy_statement(accountant, algo_cls, noise_name, out.info, cfg, n, scaling_info,
-                                     eps_sel),
+                                     eps_sel, target_info),
         "config": {
             "algo": algo_cls.name, "paper": algo_cls.paper, "data_access": algo_cls.data_access,
             "noise": noise_name, "loss": loss.name, "data": tr.description, "test_data": test_desc,
             "epsilon": cfg.epsilon, "delta": delta, "accountant": accountant.name,
             "params_given": given, "params_resolved": params, "alpha": cfg.alpha,
             "select": cfg.select, "select_share": cfg.select_share if cfg.select else None,
-            "split_seed": cfg.split_seed, "test_fraction": cfg.test_fraction,
+            "split_seed": cfg.split_seed, "test_fraction": cfg.test_fraction, "task": loss_task(loss),
+            "loss_spec": loss_spec,
             "schema": {"n_features": d_raw, "declared": sorted({"n_features", "zero_based", "labels"}
                                                                - set(inferred))},
         },
@@ -486,7 +654,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
                        "run_s": t_run}}
     elif cfg.diagnostics:
         record["diagnostics"] = _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred,
-                                             selection, scaling_info,
+                                             selection, scaling_info, (target, y_raw, yte_raw),
                                              {"total_s": time.perf_counter() - t_start, "data_s": t_data,
                                               "compile_s": t_compile, "run_s": t_run},
                                              public_data=bool(getattr(tr.source, "public", False)))
@@ -519,34 +687,61 @@ def _set_threads(k: int) -> None:
 
 
 def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = None,
-               loss_spec: str | None = None) -> dict:
+               loss_spec: str | None = None, target=None) -> dict:
     """The released model: weights over the transformed features (the last is
     the intercept's when ``prep.intercept``), the intercept in margin units,
-    the label map and the preprocessing to repeat (see :mod:`dpreg.model`)."""
+    the label map, the task (with ``n_classes`` for K classes), the target
+    transform of a regression model and the preprocessing to repeat (see
+    :mod:`dpreg.model`).  A linear K-class model's ``weights`` are its p x K
+    matrix, row-major; ``coef`` is K x n_features and ``intercept`` K values."""
+    from .tasks import loss_task
+
     w = np.asarray(w, dtype=float)
-    own = getattr(loss, "make_problem", None) is not None
-    return {
+    own = own_biases(loss)
+    task = loss_task(loss)
+    K = getattr(loss, "n_classes", None) if task == "multiclass" else None
+    coef = None if own else w[:prep.n_weights * (K or 1)]
+    if own:
+        intercept = 0.0
+    elif K:
+        W = w.reshape(prep.n_weights, K)
+        coef = W[:prep.n_features].T
+        intercept = (W[-1] * prep.intercept_scaling).tolist() if prep.intercept else [0.0] * K
+    else:
+        coef = w[:prep.n_features]
+        intercept = float(w[-1] * prep.intercept_scaling) if prep.intercept else 0.0
+    out = {
         "kind": "problem" if own else "linear",  # "problem": the loss's own model (e.g. mlp)
         "loss": loss.name,
         "loss_spec": loss_spec or loss.name,
+        "task": task,
         "classifier": bool(loss.classifier),
         "weights": w,
-        "coef": None if own else w[:prep.n_features],
-        "intercept": float(w[-1] * prep.intercept_scaling) if prep.intercept and not own else 0.0,
+        "coef": coef,
+        "intercept": intercept,
         "n_features": prep.n_features,
         "label_map": label_map.as_dict() if label_map is not None else None,
         "zero_based": zero_based,
         "preprocessing": prep.as_dict(),
     }
+    if K:
+        out["n_classes"] = int(K)
+    if target is not None:
+        out["target"] = target.as_dict()
+    return out
 
 
-def privacy_statement(accountant, algo_cls, noise_name, info, cfg, n, scaling_info, eps_sel) -> dict:
+def privacy_statement(accountant, algo_cls, noise_name, info, cfg, n, scaling_info, eps_sel,
+                      target_info=None) -> dict:
     """The release's privacy statement: what is protected and how."""
     mechanisms = list(algo_cls.release_mechanisms(info if isinstance(info, dict) else {}, noise_name))
     if scaling_info is not None:
         mechanisms.append({"what": "private feature scales", "noise": "gaussian",
                            "noise_multiplier": scaling_info["noise_multiplier"],
                            "epsilon_share": scaling_info["epsilon"]})
+    if target_info is not None:
+        mechanisms.append({"what": "private target bounds", "noise": "laplace (above-threshold, pure epsilon-DP)",
+                           "epsilon_share": target_info["epsilon"]})
     if eps_sel is not None:
         mechanisms.append({"what": f"{cfg.select} output selection", "noise": "pure epsilon-DP selector",
                            "epsilon_share": eps_sel})
@@ -574,13 +769,14 @@ def _baselines(problem, prefix: str) -> dict:
     """Non-private reference points: the majority-class rate, the loss and
     the gradient norm at w = 0 (the data-independent output)."""
 
+    from .metrics import majority_rate
+
     out: dict = {}
     zero = np.zeros(problem.d)
     out[f"{prefix}_loss_at_zero"] = float(problem.value(zero))
     out[f"{prefix}_grad_norm_at_zero"] = float(np.linalg.norm(problem.gradient(zero)))
     if problem.loss.classifier:
-        pos = float(np.mean(problem.y > 0))
-        out[f"{prefix}_majority_rate"] = max(pos, 1.0 - pos)
+        out[f"{prefix}_majority_rate"] = majority_rate(problem)
     return out
 
 
@@ -696,8 +892,37 @@ def _solve_optimum(problem, max_iter: int):
     return w if np.all(np.isfinite(w)) else None
 
 
+def _regression_diagnostics(problem, test_problem, w, w_np, targets, guarded) -> tuple[dict, dict]:
+    """(metrics, baselines) of a regression model in the user's units: R^2
+    and RMSE of the release (train, test), of the non-private optimum, and the
+    R^2 / RMSE of predicting the training mean (``targets``: the transform, the
+    raw training and test targets)."""
+    from . import metrics
+
+    target, y_raw, yte_raw = targets
+    ev: dict = {}
+    base: dict = {}
+    mean = float(np.mean(y_raw))
+    ev.update(guarded("train regression metrics", lambda: metrics.regression(problem, w, target, y_raw)) or {})
+    base["train_rmse_of_mean"] = float(np.sqrt(np.mean((np.asarray(y_raw) - mean) ** 2)))
+    if test_problem is not None and yte_raw is not None:
+        te = guarded("test regression metrics",
+                     lambda: metrics.regression(test_problem, w, target, yte_raw, "test", reference_mean=mean)) or {}
+        base["test_r2_of_train_mean"] = te.pop("test_r2_of_train_mean", None)
+        base["test_rmse_of_train_mean"] = float(np.sqrt(np.mean((np.asarray(yte_raw) - mean) ** 2)))
+        ev.update(te)
+    if w_np is not None:
+        r = guarded("non-private regression metrics",
+                    lambda: metrics.regression(problem, w_np, target, y_raw, "nonprivate_train")) or {}
+        if test_problem is not None and yte_raw is not None:
+            r.update(guarded("non-private regression metrics", lambda: metrics.regression(
+                test_problem, w_np, target, yte_raw, "nonprivate_test")) or {})
+        base.update(r)
+    return ev, base
+
+
 def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selection, scaling_info,
-                 timing, public_data: bool = False) -> dict:
+                 targets, timing, public_data: bool = False) -> dict:
     from . import interrupts, metrics
 
     t0 = time.perf_counter()
@@ -729,6 +954,10 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
             base["nonprivate_train_accuracy"] = metrics.accuracy(problem, w_np)
             if test_problem is not None:
                 base["nonprivate_test_accuracy"] = metrics.accuracy(test_problem, w_np)
+    if targets is not None and targets[0] is not None:
+        reg_ev, reg_base = _regression_diagnostics(problem, test_problem, w, w_np, targets, guarded)
+        ev.update(reg_ev)
+        base.update(reg_base)
     loss_w, loss0 = ev.get("train_loss"), base.get("train_loss_at_zero")
     if loss_w is not None and loss0 is not None and loss_w > loss0 + 1e-9:
         warnings.append(f"the released model's training loss {loss_w:.4g} is worse than at w = 0 ({loss0:.4g}): "
@@ -746,7 +975,8 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
         "note": DIAGNOSTICS_NOTE,
         "schema_inferred": inferred or None,
         "problem": {"n": problem.n, "d": problem.d, "loss": problem.loss.name, "G": G, "M": M, "rho": rho,
-                    "n_test": None if test_problem is None else test_problem.n},
+                    "n_test": None if test_problem is None else test_problem.n,
+                    "n_classes": getattr(problem.loss, "n_classes", None)},
         "privacy": accountant.state(),
         "usage": {"iterations": out.iterations, "records_used": out.records_used,
                   "gradient_evaluations": out.gradient_evaluations},

@@ -491,11 +491,15 @@ the whole Hessian about 20 ms), so a
 
 def make_problem(loss, X, y, name: str = "", row_bound: float = 1.0):
     """The problem of ``loss`` on ``(X, y)``: ``loss.make_problem(X, y, name)``
-    when the loss builds its own (models beyond the linear one, e.g. ``mlp``,
-    whose rows must have norm <= 1: they carry their own biases and get no
-    intercept column), else a linear-model :class:`Problem`."""
+    when the loss builds its own (models beyond the linear one: ``mlp``,
+    whose rows must have norm <= 1 - it carries its own biases and gets no
+    intercept column; ``softmax``, a linear model over the features that takes
+    the pipeline's intercept column and so its ``row_bound``:
+    ``intercept_column`` True), else a linear-model :class:`Problem`."""
     make = getattr(loss, "make_problem", None)
     if make is not None:
+        if getattr(loss, "intercept_column", False):
+            return make(X, y, name, row_bound=row_bound)
         if row_bound != 1.0:
             raise ValueError(f"loss {loss.name!r} builds its own model: rows must have norm <= 1")
         return make(X, y, name)

@@ -25,6 +25,7 @@ from .errors import DpregError, DuplicateNameError, UnknownNameError
 DEFAULT_PLUGINS: tuple[str, ...] = (
     "dpreg_plugins.losses.linear",
     "dpreg_plugins.losses.mlp",
+    "dpreg_plugins.losses.softmax",
     "dpreg_plugins.oracles.spider",
     "dpreg_plugins.oracles.zeroth_order",
     "dpreg_plugins.noise.gaussian",

@@ -1,14 +1,20 @@
-"""A scikit-learn estimator over the dpreg pipeline.
+"""scikit-learn estimators over the dpreg pipeline.
 
-:class:`DPClassifier` fits a private binary classifier with any registered
-algorithm, noise mechanism and loss, from numpy arrays or scipy sparse
-matrices, and follows scikit-learn's estimator contract (``fit``/``predict``/
-``decision_function``/``predict_proba``/``score``, ``get_params``/
-``set_params``, usable in a ``Pipeline``)::
+:class:`DPClassifier` fits a private classifier - two classes or K - and
+:class:`DPRegressor` a private regression model, with any registered algorithm,
+noise mechanism and loss, from numpy arrays or scipy sparse matrices; both
+follow scikit-learn's estimator contract (``fit``/``predict``/``score``,
+``decision_function``/``predict_proba`` for the classifier,
+``get_params``/``set_params``, usable in a ``Pipeline``; scikit-learn's
+estimator checks pass)::
 
-    from dpreg.sklearn import DPClassifier
-    clf = DPClassifier(algorithm="dp-sgd", epsilon=1.0).fit(X_train, y_train)
+    from dpreg.sklearn import DPClassifier, DPRegressor
+    clf = DPClassifier(epsilon=1.0).fit(X_train, y_train)      # 2 or K classes
     clf.score(X_test, y_test), clf.privacy_
+    reg = DPRegressor(epsilon=1.0, target_bounds=(0, 400)).fit(X_train, y_train)
+
+Their defaults are ``dpreg run``'s (``loss="auto"``, ``scaling="auto"``,
+``target_bounds="auto"``), with ``dp-sgd`` as the algorithm.
 
 Privacy: each ``fit`` is (epsilon, delta)-DP with respect to one record of
 ``(X, y)`` (``privacy_`` is the release's privacy statement).  A fitted
@@ -25,14 +31,20 @@ Two things are *not* covered:
 * the set of classes (``classes_``), when read off ``y`` as scikit-learn does
   (one record can change it): ``privacy_["classes"]`` then says so, it is
   listed under ``privacy_["not_covered"]`` and a
-  :class:`dpreg.PrivacyWarning` is raised; pass ``classes=(negative,
-  positive)`` to declare it as public input instead;
+  :class:`dpreg.PrivacyWarning` is raised; pass ``classes=`` (the two labels,
+  negative then positive, or the K labels in order) to declare it as public
+  input instead;
 * tuning over several fits - ``GridSearchCV``, ``cross_val_score`` with model
   selection - looks at the data once per candidate and picks by an unnoised
   score: it is *non-private* tuning, and the guarantee of the chosen model no
   longer holds.  Use :func:`dpreg_plugins.selectors.private_selection.select_hyperparameters`
   (exponential-mechanism selection over the grid, charged to one accountant)
   for private tuning.
+
+A regression target's range is public input (``target_bounds=(lo, hi)``); by
+default (``"auto"``) it is estimated privately with ``target_share`` of the
+budget (:mod:`dpreg.tasks`), which for small data costs accuracy: declare it
+when it is known.
 
 ``random_state=None`` (the default) draws the noise from OS entropy, as
 ``dpreg run`` does; an integer is the reproducible research mode (keep it
@@ -44,30 +56,83 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 
 #: the privacy statement's note (and the warning) when the classes are read off ``y``
 CLASSES_INFERRED = ("classes read off y: one record can change the set of classes, which the privacy "
-                    "guarantee does not cover; pass classes=(negative, positive) to declare them")
+                    "guarantee does not cover; pass classes=(...) to declare them")
+
+
+def _check_diagnostics(est) -> None:
+    from .errors import ParameterError
+
+    if est.diagnostics not in (False, True, "light"):
+        raise ParameterError(f"diagnostics must be False, True or 'light', got {est.diagnostics!r}")
+
+
+def _run(est, X, y, *, loss: str, labels, task: str, extra: dict):
+    """The pipeline run of one ``fit`` (the estimator's own parameters, arrays
+    in): its record."""
+    from .params import practitioner_params
+    from .pipeline import RunConfig, get_loss, own_biases, run_pipeline
+    from .registry import get_registry
+
+    # a loss with its own bias terms (a network) takes no intercept column: fit_intercept does not apply
+    intercept = None if own_biases(get_loss(get_registry(), loss)) else est.fit_intercept
+    def warn(msg: str) -> None:  # the run's privacy warnings, attributed to the caller of fit
+        import warnings
+
+        from .errors import PrivacyWarning
+
+        warnings.warn(msg, PrivacyWarning, stacklevel=5)  # warn <- run_pipeline <- _run <- fit <- caller
+
+    params = practitioner_params(est.algorithm, dict(est.params or {}),
+                                 dict(epochs=est.epochs, lr=est.lr, batch_size=est.batch_size,
+                                      max_grad_norm=est.max_grad_norm, noise_multiplier=est.noise_multiplier))
+    return run_pipeline(RunConfig(
+        algo=est.algorithm, noise=est.noise, loss=loss, data=(X, y), epsilon=est.epsilon,
+        delta=est.delta, accountant=est.accountant, params=params,
+        seed=est.random_state, intercept=intercept,
+        scaling="bounds" if est.bounds is not None else est.scaling, bounds=est.bounds,
+        labels=labels, task=task, diagnostics=est.diagnostics, warn=warn, backend=getattr(est, "backend", None),
+        scheduler=getattr(est, "scheduler", None), workers=getattr(est, "workers", None), **extra))
+
+
+def _fitted_release(est, rec) -> None:
+    """The fitted attributes every estimator here shares: ``record_``,
+    ``model_``, ``privacy_`` and, with diagnostics only, ``n_iter_`` (a refit
+    without them keeps none of the last fit's)."""
+    from .model import load_model
+
+    est.record_ = rec
+    est.model_ = load_model(rec)
+    est.privacy_ = rec["release"]["privacy"]
+    if "diagnostics" in rec:
+        est.n_iter_ = rec["diagnostics"]["usage"]["iterations"]
+    elif hasattr(est, "n_iter_"):
+        del est.n_iter_
 
 
 class DPClassifier(ClassifierMixin, BaseEstimator):
-    """Differentially private binary classifier (see the module docstring).
+    """Differentially private classifier, two classes or K (see the module docstring).
 
-    algorithm, noise, loss, accountant: registered names (``dpreg list``)
+    algorithm, noise, loss, accountant: registered names (``dpreg list``); loss "auto":
+                     logistic for two classes, softmax for more (a binary loss refuses K > 2)
     epsilon, delta:  the privacy budget of one ``fit`` (delta None: min(1e-5, 1/(10 n)))
     params:          algorithm parameters, e.g. ``{"steps": 200}`` (``dpreg info ALGO``)
     epochs, lr, batch_size, max_grad_norm, noise_multiplier:
                      practitioner names of the algorithm's own parameters (None: not given;
                      ``noise_multiplier`` fixes the multiplier, refused if over the budget)
-    fit_intercept:   a bias coordinate inside every clipped per-record gradient
-    scaling, bounds: per-feature map ("none", or "bounds" with ``bounds=(lower, upper)``
-                     lists of public per-feature bounds)
-    classes:         the (negative, positive) labels, declared (public input); None: read off ``y``
-                     (stated in ``privacy_``, with a PrivacyWarning)
+    fit_intercept:   a bias coordinate (K for K classes) inside every clipped per-record gradient
+                     (a network has its own biases: it ignores this)
+    scaling, bounds: per-feature map, as ``dpreg run --scaling`` ("auto": private scales where
+                     they pay, else none; "none"; "bounds" with ``bounds=(lower, upper)`` lists of
+                     public per-feature bounds; "private")
+    classes:         the class labels in order, declared (public input; two: negative, positive);
+                     None: read off ``y`` (stated in ``privacy_``, with a PrivacyWarning)
     random_state:    None (secret OS entropy) or a research seed
     backend, scheduler, workers:
                      where the records are held while fitting: None/"local" (this process) or
@@ -78,16 +143,16 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                      (adds counts and accounting) or True (adds metrics on the training data too):
                      non-private, as ``dpreg run``'s record labels them
 
-    Fitted attributes: ``classes_``, ``n_features_in_``, ``coef_`` and
-    ``intercept_`` (over the row-scaled features, see :mod:`dpreg.preprocess`),
-    ``privacy_`` (the privacy statement), ``model_`` (:class:`dpreg.model.Model`),
-    ``record_`` (the run's record as ``dpreg run`` would write it with these
-    diagnostics: the release alone by default); with diagnostics, ``n_iter_``.
+    Fitted attributes: ``classes_``, ``n_features_in_``, ``coef_`` ((1, p) for two classes,
+    (K, p) for K) and ``intercept_`` ((1,) or (K,)), over the row-scaled features (see
+    :mod:`dpreg.preprocess`), ``privacy_`` (the privacy statement), ``model_``
+    (:class:`dpreg.model.Model`), ``record_`` (the run's record as ``dpreg run`` would write
+    it with these diagnostics: the release alone by default); with diagnostics, ``n_iter_``.
     """
 
-    def __init__(self, algorithm: str = "dp-sgd", noise: str | None = None, loss: str = "logistic",
+    def __init__(self, algorithm: str = "dp-sgd", noise: str | None = None, loss: str = "auto",
                  epsilon: float = 1.0, delta: float | None = None, accountant: str = "rdp",
-                 params: dict[str, Any] | None = None, fit_intercept: bool = True, scaling: str = "none",
+                 params: dict[str, Any] | None = None, fit_intercept: bool = True, scaling: str = "auto",
                  bounds: tuple | None = None, classes: tuple | None = None, random_state: int | None = None,
                  epochs: float | None = None, lr: float | None = None, batch_size: int | None = None,
                  max_grad_norm: float | None = None, noise_multiplier: float | None = None,
@@ -118,38 +183,50 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
-        tags.classifier_tags.multi_class = False
+        tags.classifier_tags.multi_class = True
         tags.non_deterministic = self.random_state is None
         return tags
 
+    def _loss_for(self, K: int):
+        """(loss spec, task) for K classes: "auto" is logistic for two, softmax
+        for more; a binary loss with K > 2 classes is refused."""
+        from .pipeline import get_loss
+        from .registry import get_registry
+        from .tasks import loss_task
+
+        spec = ("logistic" if K == 2 else "softmax") if self.loss in (None, "auto") else self.loss
+        loss = get_loss(get_registry(), spec)
+        if getattr(loss, "for_task", None) is not None:  # a loss with a head per task (a network)
+            return spec, ("binary" if K == 2 else "multiclass")
+        task = loss_task(loss)
+        if task == "regression":
+            raise ValueError(f"loss {spec!r} is a regression loss: use DPRegressor")
+        if task == "binary" and K != 2:
+            raise ValueError(f"loss {spec!r} is binary but y has {K} classes: use loss='softmax' (or 'auto')")
+        return spec, task
+
     def fit(self, X, y):
         """Fit a private model on ``(X, y)``; returns self."""
-        from .errors import ParameterError
-        from .params import practitioner_params
-        from .pipeline import RunConfig, run_pipeline
-
-        if self.diagnostics not in (False, True, "light"):
-            raise ParameterError(f"diagnostics must be False, True or 'light', got {self.diagnostics!r}")
-
-        params = practitioner_params(self.algorithm, dict(self.params or {}),
-                                     dict(epochs=self.epochs, lr=self.lr, batch_size=self.batch_size,
-                                          max_grad_norm=self.max_grad_norm, noise_multiplier=self.noise_multiplier))
+        _check_diagnostics(self)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=False)
         check_classification_targets(y)
-        if self.classes is None:
-            from sklearn.utils.multiclass import type_of_target
-
-            y_type = type_of_target(y, input_name="y", raise_unknown=True)
-            if y_type != "binary":
-                raise ValueError(f"Only binary classification is supported. The type of the target is {y_type}.")
         classes = np.unique(y) if self.classes is None else np.asarray(self.classes)
-        if len(classes) != 2:
-            raise ValueError(f"DPClassifier is a binary classifier: y has {len(classes)} class"
-                             f"{'es' if len(classes) != 1 else ''} ({classes.tolist()[:5]}); need 2")
+        if len(classes) < 2:
+            raise ValueError(f"DPClassifier needs at least two classes: y has {len(classes)} class "
+                             f"({classes.tolist()[:5]}); one class is not a classification task")
+        if len(np.unique(classes)) != len(classes):
+            raise ValueError(f"classes must be distinct, got {classes.tolist()}")
+        spec, task = self._loss_for(len(classes))
         self.classes_ = classes
-        yy = np.where(y == classes[1], 1.0, np.where(y == classes[0], -1.0, np.nan))
-        if np.isnan(yy).any():
-            raise ValueError(f"y holds labels outside classes={classes.tolist()}")
+        index = {c: k for k, c in enumerate(classes.tolist())}
+        try:
+            yi = np.fromiter((index[v] for v in y.tolist()), dtype=np.float64, count=len(y))
+        except KeyError as exc:
+            raise ValueError(f"y holds labels outside classes={classes.tolist()}: {exc.args[0]!r}") from None
+        if task == "binary":
+            yy, labels = 2.0 * yi - 1.0, (-1.0, 1.0)
+        else:
+            yy, labels = yi, tuple(float(k) for k in range(len(classes)))
         inferred = self.classes is None
         if inferred:
             import warnings
@@ -157,44 +234,121 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
             from .errors import PrivacyWarning
 
             warnings.warn(CLASSES_INFERRED, PrivacyWarning, stacklevel=2)
-        rec = run_pipeline(RunConfig(
-            algo=self.algorithm, noise=self.noise, loss=self.loss, data=(X, yy), epsilon=self.epsilon,
-            delta=self.delta, accountant=self.accountant, params=params,
-            seed=self.random_state, intercept=self.fit_intercept,
-            scaling="bounds" if self.bounds is not None else self.scaling, bounds=self.bounds,
-            labels=(-1.0, 1.0), diagnostics=self.diagnostics, backend=self.backend, scheduler=self.scheduler,
-            workers=self.workers))
-        from .model import load_model
-
+        rec = _run(self, X, yy, loss=spec, labels=labels, task=task, extra={})
         privacy = rec["release"]["privacy"]
         privacy["classes"] = {"source": "inferred" if inferred else "declared",
                               "note": CLASSES_INFERRED if inferred else "declared by the caller (public input)"}
         if inferred:
             privacy["not_covered"] = list(privacy.get("not_covered", [])) + ["the set of classes, read off y"]
-        self.record_ = rec
-        self.model_ = load_model(rec)
+        _fitted_release(self, rec)
         m = rec["release"]["model"]
-        self.coef_ = None if m["coef"] is None else np.asarray(m["coef"], dtype=float).reshape(1, -1)
-        self.intercept_ = np.array([m["intercept"]])
-        self.privacy_ = privacy
-        if "diagnostics" in rec:
-            self.n_iter_ = rec["diagnostics"]["usage"]["iterations"]
-        elif hasattr(self, "n_iter_"):
-            del self.n_iter_  # a refit without diagnostics keeps none of the last one's
+        if m["coef"] is None:
+            self.coef_ = None
+        else:
+            self.coef_ = np.asarray(m["coef"], dtype=float).reshape(1 if task == "binary" else len(classes), -1)
+        self.intercept_ = np.atleast_1d(np.asarray(m["intercept"], dtype=float))
         return self
 
     def decision_function(self, X) -> np.ndarray:
-        """Margins (positive: ``classes_[1]``)."""
+        """Margins (n,) for two classes (positive: ``classes_[1]``), logits
+        (n, K) for K."""
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
         return self.model_.decision_function(X)
 
     def predict(self, X) -> np.ndarray:
-        """``classes_[1]`` where the margin is positive, else ``classes_[0]``."""
-        return np.where(self.decision_function(X) > 0, self.classes_[1], self.classes_[0])
+        """The class of the largest logit (K classes; ties to the first), or
+        ``classes_[1]`` where the margin is positive, else ``classes_[0]``."""
+        m = self.decision_function(X)
+        if m.ndim == 2:
+            return self.classes_[np.argmax(m, axis=1)]
+        return np.where(m > 0, self.classes_[1], self.classes_[0])
 
     def predict_proba(self, X) -> np.ndarray:
-        """(n, 2) probabilities of ``classes_`` for logistic losses."""
+        """(n, K) probabilities of ``classes_``: softmax models, and the logistic
+        losses' binary models."""
         check_is_fitted(self)
         X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
         return self.model_.predict_proba(X)
+
+
+class DPRegressor(RegressorMixin, BaseEstimator):
+    """Differentially private regression (see the module docstring).
+
+    algorithm, noise, loss, accountant: registered names; loss "squared" (least squares) or
+                     "huber" (robust: bounded per-record gradient)
+    epsilon, delta:  the privacy budget of one ``fit`` (delta None: min(1e-5, 1/(10 n)))
+    target_bounds:   the public range (lo, hi) of y, mapped into [-1, 1] (values beyond are
+                     clipped; predictions come back in y's units); "auto": estimated privately with
+                     ``target_share`` of epsilon; "none": y as it is
+    target_share:    the share of epsilon the "auto" range spends
+    params, epochs, lr, batch_size, max_grad_norm, noise_multiplier, fit_intercept, scaling,
+    bounds, random_state, diagnostics: as :class:`DPClassifier`
+
+    Fitted attributes: ``n_features_in_``, ``coef_`` (p,) and ``intercept_`` (float) over the
+    row-scaled features and in the model's target units (``target_`` maps them back),
+    ``target_`` (the target transform as a dict), ``privacy_``, ``model_``, ``record_`` (the
+    release alone by default); with diagnostics, ``n_iter_``.
+    """
+
+    def __init__(self, algorithm: str = "dp-sgd", noise: str | None = None, loss: str = "squared",
+                 epsilon: float = 1.0, delta: float | None = None, accountant: str = "rdp",
+                 params: dict[str, Any] | None = None, fit_intercept: bool = True, scaling: str = "auto",
+                 bounds: tuple | None = None, target_bounds: Any = "auto", target_share: float = 0.1,
+                 random_state: int | None = None, epochs: float | None = None, lr: float | None = None,
+                 batch_size: int | None = None, max_grad_norm: float | None = None,
+                 noise_multiplier: float | None = None, diagnostics: bool | str = False):
+        self.algorithm = algorithm
+        self.noise = noise
+        self.loss = loss
+        self.epsilon = epsilon
+        self.delta = delta
+        self.accountant = accountant
+        self.params = params
+        self.fit_intercept = fit_intercept
+        self.scaling = scaling
+        self.bounds = bounds
+        self.target_bounds = target_bounds
+        self.target_share = target_share
+        self.random_state = random_state
+        self.epochs = epochs
+        self.lr = lr
+        self.batch_size = batch_size
+        self.max_grad_norm = max_grad_norm
+        self.noise_multiplier = noise_multiplier
+        self.diagnostics = diagnostics
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        tags.non_deterministic = self.random_state is None
+        return tags
+
+    def fit(self, X, y):
+        """Fit a private regression model on ``(X, y)``; returns self."""
+        _check_diagnostics(self)
+        from .pipeline import get_loss
+        from .registry import get_registry
+        from .tasks import predicts_target
+
+        X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=True)
+        if X.shape[0] < 2:
+            raise ValueError(f"DPRegressor needs at least 2 records, got n_samples={X.shape[0]}")
+        loss = get_loss(get_registry(), self.loss)
+        if not (predicts_target(loss) or getattr(loss, "for_task", None) is not None):
+            raise ValueError(f"loss {self.loss!r} is not a regression loss (squared, huber): use DPClassifier")
+        tb = self.target_bounds
+        rec = _run(self, X, np.asarray(y, dtype=np.float64), loss=self.loss, labels=None, task="regression",
+                   extra={"target_bounds": "auto" if tb is None else tb, "target_share": self.target_share})
+        _fitted_release(self, rec)
+        m = rec["release"]["model"]
+        self.coef_ = None if m["coef"] is None else np.asarray(m["coef"], dtype=float)
+        self.intercept_ = float(m["intercept"])
+        self.target_ = m.get("target")
+        return self
+
+    def predict(self, X) -> np.ndarray:
+        """Predicted values in y's units."""
+        check_is_fitted(self)
+        X = validate_data(self, X, accept_sparse="csr", dtype=np.float64, reset=False)
+        return self.model_.predict(X)

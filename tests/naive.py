@@ -232,3 +232,51 @@ def zo_sum(loss, X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip=np.inf, sym
     over = nr > rec_clip
     R[over] *= (rec_clip / nr[over])[:, None]
     return R.sum(0), int(bad.sum()) + int(over.sum())
+
+
+# --------------------------------------------------- softmax cross-entropy (K classes)
+def _softmax_rows(Z):
+    Z = Z - Z.max(axis=1, keepdims=True)
+    E = np.exp(Z)
+    return E / E.sum(axis=1, keepdims=True)
+
+
+def softmax_value(K, X, y, w):
+    """Mean over rows of log sum_k exp(z_k) - z_y, z = W^T x (W = w as p x K, row-major)."""
+    X = np.asarray(X.toarray() if hasattr(X, "toarray") else X, dtype=float)
+    Z = X @ w.reshape(X.shape[1], K)
+    m = Z.max(axis=1)
+    lse = m + np.log(np.exp(Z - m[:, None]).sum(axis=1))
+    return float(np.mean(lse - Z[np.arange(len(y)), y.astype(int)]))
+
+
+def softmax_per_record_gradients(K, X, y, w):
+    """(n x pK) matrix of per-record gradients vec(x (pr - e_y)^T), built explicitly."""
+    X = np.asarray(X.toarray() if hasattr(X, "toarray") else X, dtype=float)
+    P = _softmax_rows(X @ w.reshape(X.shape[1], K))
+    P[np.arange(len(y)), y.astype(int)] -= 1.0
+    return np.einsum("ij,ik->ijk", X, P).reshape(X.shape[0], -1)
+
+
+def softmax_clipped_grad_sum(K, X, y, idx, w, clip):
+    C, k = clip_rows(softmax_per_record_gradients(K, X[idx], y[idx], w), clip)
+    return C.sum(axis=0), k
+
+
+def softmax_clipped_diff_sum(K, X, y, idx, w, wp, clip):
+    D = softmax_per_record_gradients(K, X[idx], y[idx], w) - softmax_per_record_gradients(K, X[idx], y[idx], wp)
+    C, k = clip_rows(D, clip)
+    return C.sum(axis=0), k
+
+
+def softmax_record_hessian(K, x, w):
+    """(pK x pK) Hessian of one record: (diag(pr) - pr pr^T) kron x x^T in the row-major layout."""
+    x = np.asarray(x, dtype=float)
+    pr = _softmax_rows((x @ w.reshape(len(x), K))[None])[0]
+    A = np.diag(pr) - np.outer(pr, pr)
+    return np.kron(np.outer(x, x), A)
+
+
+def softmax_hessian(K, X, y, w):
+    X = np.asarray(X.toarray() if hasattr(X, "toarray") else X, dtype=float)
+    return sum(softmax_record_hessian(K, X[i], w) for i in range(X.shape[0])) / X.shape[0]

@@ -158,7 +158,7 @@ OPTS = [
     (["--delta", "nan"], "delta must be in (0, 1)"),
     (["--algo", "nope"], "valid algorithm names: adaptive-spider, "),
     (["--algo", "dp-spider", "--noise", "nope"], "valid noise names: gaussian, sqrt-factorization, tree, tree-honaker"),
-    (["--loss", "nope"], "valid loss names: logistic"),
+    (["--loss", "nope"], "valid loss names: huber, logistic"),
     (["--accountant", "nope"], "valid accountant names: pld, rdp"),
     (["--data", "missing.svm"], "data file not found: missing.svm"),
     (["--data", "nosuchset"], "built-in data sets: adult, breast-cancer"),

@@ -35,19 +35,20 @@ def test_third_party_loss_is_listed_with_its_package(plugin_env):
     r = _dpreg(plugin_env, "list", "loss", "--json")
     assert r.returncode == 0, r.stderr
     rows = {e["name"]: e for e in json.loads(r.stdout)}
-    assert rows["huber"]["package"] == "dpreg-huber"
-    assert rows["huber"]["version"] == "0.1.0"
-    assert rows["huber"]["provider"] == "huber"
+    assert rows["huber-hinge"]["package"] == "dpreg-huber"
+    assert rows["huber-hinge"]["version"] == "0.1.0"
+    assert rows["huber-hinge"]["provider"] == "huber"  # the package's entry-point name
+    assert rows["huber"]["package"] == "dpreg"  # the built-in regression loss
     assert rows["logistic"]["package"] == "dpreg"
 
 
 def test_third_party_loss_runs(plugin_env, tmp_path):
     out = tmp_path / "huber.json"
-    r = _dpreg(plugin_env, "run", "--algo", "dp-gd", "--loss", "huber", "--data",
+    r = _dpreg(plugin_env, "run", "--algo", "dp-gd", "--loss", "huber-hinge", "--data",
                "synthetic-logistic:n=400,d=5", "--epsilon", "2", "--out", str(out))
     assert r.returncode == 0, r.stderr
     rec = json.loads(out.read_text())
-    assert rec["diagnostics"]["problem"]["loss"] == "huber"
+    assert rec["diagnostics"]["problem"]["loss"] == "huber-hinge"
     assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 2.0
 
 
@@ -60,7 +61,7 @@ def test_autoload_can_be_disabled(plugin_env):
     env = dict(plugin_env, DPREG_DISABLE_PLUGIN_AUTOLOAD="1")
     r = _dpreg(env, "list", "loss", "--json")
     assert r.returncode == 0
-    assert "huber" not in {e["name"] for e in json.loads(r.stdout)}
+    assert "huber-hinge" not in {e["name"] for e in json.loads(r.stdout)}
 
 
 def test_third_party_loss_passes_the_public_contract(plugin_env):

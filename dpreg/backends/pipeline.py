@@ -56,6 +56,13 @@ class Source:
     options: Any
     bounds: Any = None
     common_scale: bool = False
+    #: the registered data set's DatasetSource (its declared task, target bounds), else None
+    source: Any = None
+
+    @property
+    def schema(self):
+        """The public schema (what :func:`dpreg.pipeline.resolve_loss` reads)."""
+        return self.options.schema
 
 
 def open_source(data, schema, workers: int | None, split_seed: int = 0) -> Source:
@@ -77,7 +84,7 @@ def open_source(data, schema, workers: int | None, split_seed: int = 0) -> Sourc
             X, y = tr.X, tr.y
             return Source(split_arrays(X, y, k), f"{tr.description} ({X.shape[0]} x {X.shape[1]}, {k} shards)",
                           ShardOptions(tr.schema), getattr(tr.source, "bounds", None),
-                          bool(getattr(tr.source, "common_scale", False)))
+                          bool(getattr(tr.source, "common_scale", False)), tr.source)
     if isinstance(data, (tuple, list)) and len(data) == 2:
         from ..data import is_sparse
 
@@ -103,16 +110,30 @@ def open_source(data, schema, workers: int | None, split_seed: int = 0) -> Sourc
     return Source(files, desc, ShardOptions(schema, opts.get("label", "y")))
 
 
-def _label_map(survey: dict, declared, loss_labels: str, where: str):
-    """The run's label map: declared, or a fixed map every shard fits; None
-    for losses without binary labels."""
-    from ..data import LabelMap
+def _label_map(survey: dict, declared, loss, where: str):
+    """``(label map, loss)``: for two classes the declared map, or a fixed
+    one ({-1,+1}, {0,1}) every shard fits; for K classes the declared
+    ``ClassMap``, the loss bound to K; None for regression.  A sharded
+    source's classes are never inferred."""
+    from ..data import ClassMap, LabelMap
+    from ..tasks import bind_classes, loss_task
 
-    if loss_labels != "binary":
-        return None
+    task = loss_task(loss)
+    if task == "multiclass":
+        if declared is None:
+            raise DataError(f"{where}: declare the classes with --labels a,b,c (a sharded source's classes are "
+                            f"never inferred)")
+        cmap = ClassMap.for_training(None, declared, where)
+        return cmap, bind_classes(loss, cmap.n_classes)
+    if task == "regression":
+        if declared is not None:
+            raise ParameterError(f"loss {loss.name!r} is a regression loss: it takes no --labels")
+        return None, loss
     if declared is not None:
-        neg, pos = (float(v) for v in declared)
-        return LabelMap(neg, pos, "declared")
+        vals = tuple(float(v) for v in declared)
+        if len(vals) != 2 or vals[0] == vals[1]:
+            raise DataError(f"{where}: a binary loss needs two different declared labels, got {len(vals)}")
+        return LabelMap(vals[0], vals[1], "declared"), loss
     vals = set()
     for s in survey.values():
         vals.update(s["labels"])
@@ -120,10 +141,37 @@ def _label_map(survey: dict, declared, loss_labels: str, where: str):
         raise DataError(f"{where}: labels have one class only ({next(iter(vals)):g}); need two")
     for fixed in ((-1.0, 1.0), (0.0, 1.0)):
         if vals <= set(fixed):
-            return LabelMap(fixed[0], fixed[1], "fixed")
+            return LabelMap(fixed[0], fixed[1], "fixed"), loss
     shown = ", ".join(f"{v:g}" for v in sorted(vals)[:3])
     raise DataError(f"{where}: labels ({shown}, ...) are not -1/+1 or 0/1; declare the two classes with "
                     f"--labels NEG,POS (a sharded source's labels are never inferred)")
+
+
+def _target(cfg, loss, src: Source):
+    """The public transform of regression targets (None for a loss that does
+    not predict its target): ``--target-bounds LO,HI``, the data set's
+    declared bounds, or "none".  The private estimate of bounds (the default
+    of one machine) reads every target in one place: refused here."""
+    from ..tasks import TargetTransform, parse_target_bounds, predicts_target
+
+    raw = cfg.target_bounds
+    explicit = raw is not None and not (isinstance(raw, str) and raw.strip().lower() in ("auto", "none"))
+    if not predicts_target(loss):
+        if explicit:
+            raise ParameterError(f"--target-bounds applies to regression losses (squared, huber); "
+                                 f"loss {loss.name!r} does not predict its target")
+        return None
+    if isinstance(raw, str) and raw.strip().lower() == "none":
+        return TargetTransform()
+    parsed = parse_target_bounds(raw)
+    if parsed not in (None, "auto"):
+        return TargetTransform.bounds(*parsed, source="declared")
+    declared = getattr(src.source, "target_bounds", None)
+    if declared is not None:
+        return TargetTransform.bounds(*declared, source="declared")
+    raise ParameterError("regression on sharded data needs its targets' public bounds (--target-bounds LO,HI) "
+                         "or --target-bounds none (a robust loss); the private estimate reads every target in "
+                         "one place")
 
 
 def _merge(results: list) -> dict:
@@ -197,18 +245,18 @@ def read_shards(executor, src: Source):
     return survey, order, rows, feats.pop()
 
 
-def prepare_shards(executor, src: Source, rows, prep, loss, label_map):
+def prepare_shards(executor, src: Source, rows, prep, loss, label_map, target=None):
     """Prepare every shard on its holder (``prep``, the label map, the
     kernels loaded) and return the :class:`~.problem.ShardedProblem` over them."""
     from ..problem import make_problem
     from .problem import ShardedProblem
 
-    prepared = executor.call("prepare", [(prep, loss.labels, label_map, loss)] * len(executor.groups))
+    prepared = executor.call("prepare", [(prep, loss.labels, label_map, loss, target)] * len(executor.groups))
     held = _merge([p["shards"] for p in prepared])
     dims = {held[s.index]["d"] for s in src.shards}
     if len(dims) != 1:  # pragma: no cover - every shard has the same columns and loss
         raise DpregError(f"the shards' problems differ in dimension: {sorted(dims)}")
-    y0 = np.ones(1) if loss.labels == "binary" else np.zeros(1)
+    y0 = np.ones(1) if label_map is not None and not hasattr(label_map, "classes") else np.zeros(1)
     proto = make_problem(loss, np.zeros((1, prep.n_weights)), y0, name="prototype", row_bound=prep.row_bound)
     return ShardedProblem(executor, loss, rows, dims.pop(), proto, name=src.description, row_bound=prep.row_bound)
 
@@ -229,7 +277,7 @@ def open_problem(data, loss, *, backend: str = "local", labels=None, features: i
     executor = make_executor(backend, src.shards, src.options, **executor_options)
     try:
         survey, _, rows, d_raw = read_shards(executor, src)
-        label_map = _label_map(survey, src.options.schema.labels, loss.labels, f"data {src.description}")
+        label_map, loss = _label_map(survey, src.options.schema.labels, loss, f"data {src.description}")
         return prepare_shards(executor, src, rows, Preprocessing(d_raw, "none", intercept=intercept), loss,
                               label_map)
     except BaseException:
@@ -240,8 +288,10 @@ def open_problem(data, loss, *, backend: str = "local", labels=None, features: i
 def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, root, warn, stage,
          t_start, t0):
     from ..accounting import check_budget_args
-    from ..pipeline import (DIAGNOSTICS_NOTE, RELEASE_NOTE, SEEDED_NOTE, _pipeline_rng, default_delta, model_dict,
-                            privacy_statement)
+    from ..pipeline import (DIAGNOSTICS_NOTE, RELEASE_NOTE, SEEDED_NOTE, _pipeline_rng, check_algorithm_fits,
+                            default_delta, loss_spec_of, model_dict, own_biases, privacy_statement, resolve_loss)
+    from ..registry import get_registry
+    from ..tasks import loss_task, predicts_target
     from ..preprocess import Preprocessing, private_scaling_pays, read_bounds, release_scales
 
     sources, description, opts = src.shards, src.description, src.options
@@ -250,7 +300,9 @@ def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, giv
     survey, order, rows, d_raw = read_shards(executor, src)
     n = int(sum(rows))
     where = f"data {description}"
-    label_map = _label_map(survey, opts.schema.labels, loss.labels, where)
+    loss, loss_spec = resolve_loss(get_registry(), cfg, loss, src)
+    label_map, loss = _label_map(survey, opts.schema.labels, loss, where)
+    target = _target(cfg, loss, src)
     if cfg.seed is not None:
         warn(SEEDED_NOTE)
     t_data = time.perf_counter() - t0
@@ -262,10 +314,11 @@ def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, giv
     accountant = acc_cls(cfg.epsilon, delta, algo_cls.relation_for(params))
 
     # ---- preprocessing (public, or private and charged first)
-    own_model = getattr(loss, "make_problem", None) is not None
+    own_model = own_biases(loss)  # e.g. mlp: its own biases
     if own_model and cfg.intercept:
-        raise ParameterError(f"loss {cfg.loss!r} has its own bias terms: it takes no --intercept")
-    intercept = (loss.classifier and not own_model) if cfg.intercept is None else bool(cfg.intercept)
+        raise ParameterError(f"loss {loss_spec!r} has its own bias terms: it takes no --intercept")
+    intercept = ((loss.classifier or predicts_target(loss)) and not own_model) if cfg.intercept is None \
+        else bool(cfg.intercept)
     sparse = any(survey[i]["sparse"] for i in order) or sources[0].format == "svmlight"
     if sparse and cfg.scaling in ("bounds", "private"):
         raise ParameterError(f"--scaling {cfg.scaling} maps features into [-1, 1], which fills in a sparse data "
@@ -293,8 +346,9 @@ def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, giv
 
     stage("preparing the shards and loading kernels")
     t0 = time.perf_counter()
-    problem = prepare_shards(executor, src, rows, prep, loss, label_map)
+    problem = prepare_shards(executor, src, rows, prep, loss, label_map, target)
     t_compile = time.perf_counter() - t0
+    check_algorithm_fits(algo_cls, params, problem, loss_spec)
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed, progress=cfg.progress)
     stage(f"{algo_cls.name}: calibrating noise, running ({executor.name} backend)")
@@ -309,14 +363,16 @@ def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, giv
 
     release = {
         "note": RELEASE_NOTE,
-        "model": model_dict(w, loss, prep, label_map, opts.schema.zero_based, loss_spec=cfg.loss),
-        "privacy": privacy_statement(accountant, algo_cls, noise_name, out.info, cfg, n, scaling_info, None),
+        "model": model_dict(w, loss, prep, label_map, opts.schema.zero_based, loss_spec=loss_spec_of(loss, loss_spec),
+                            target=target),
+        "privacy": privacy_statement(accountant, algo_cls, noise_name, out.info, cfg, n, scaling_info, None, None),
         "config": {
             "algo": algo_cls.name, "paper": algo_cls.paper, "data_access": algo_cls.data_access,
             "noise": noise_name, "loss": loss.name, "data": description, "test_data": None,
             "epsilon": cfg.epsilon, "delta": delta, "accountant": accountant.name,
             "params_given": given, "params_resolved": params, "alpha": cfg.alpha,
             "select": None, "select_share": None, "split_seed": cfg.split_seed, "test_fraction": None,
+            "task": loss_task(loss), "loss_spec": loss_spec,
             # nothing of a sharded source's schema is inferred: declared, fixed, or each file's own layout
             "schema": {"n_features": d_raw, "declared": ["labels", "n_features", "zero_based"]},
             "shards": len(sources),
@@ -363,9 +419,7 @@ def _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timi
         g0 = guarded("baselines", lambda: problem.gradient(zero))
         base["train_grad_norm_at_zero"] = None if g0 is None else float(np.linalg.norm(g0))
         if problem.loss.classifier:
-            pos = guarded("baselines", problem.positive_rate)
-            if pos is not None:
-                base["train_majority_rate"] = max(pos, 1.0 - pos)
+            base["train_majority_rate"] = guarded("baselines", problem.majority_rate)
         loss_w, loss0 = ev.get("train_loss"), base.get("train_loss_at_zero")
         if loss_w is not None and loss0 is not None and loss_w > loss0 + 1e-9:
             warnings.append(f"the released model's training loss {loss_w:.4g} is worse than at w = 0 "

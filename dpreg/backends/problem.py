@@ -251,11 +251,30 @@ class ShardedProblem:
         res = self._call("evaluate", parts, lambda p: ("correct", self._vec(w), None, p))
         return sum(res[s] for s in sorted(res)) / self.n
 
-    def positive_rate(self) -> float:
-        """Fraction of records labelled +1 (the majority-class baseline)."""
+    def class_counts(self) -> dict:
+        """Records per label value (as the problem sees them), over every shard."""
         parts, _ = self.route(None)
-        res = self._call("evaluate", parts, lambda p: ("positive", None, None, p))
-        return sum(res[s] for s in sorted(res)) / self.n
+        res = self._call("evaluate", parts, lambda p: ("classes", None, None, p))
+        out: dict = {}
+        for s in sorted(res):
+            for v, c in res[s].items():
+                out[v] = out.get(v, 0) + c
+        return out
+
+    def majority_rate(self) -> float:
+        """The share of the most frequent class (the majority-class baseline)."""
+        return max(self.class_counts().values()) / self.n
+
+    def supports(self, capability: str) -> str | None:
+        """None when the problem provides ``capability`` (an optional method of
+        the protocol, :func:`dpreg.interfaces.problem_supports`), else why not:
+        the multi-step and zeroth-order paths need every record in one process;
+        the others are the loss's problem's own."""
+        if capability in ("clipped_zo_sum", "sgd_steps", "spider_steps"):
+            return "not on sharded data"
+        from ..interfaces import problem_supports
+
+        return problem_supports(self._proto, capability)
 
     def traffic(self) -> dict:
         """Calls and payload bytes (arrays and numbers, before framing) each way."""

@@ -342,14 +342,21 @@ def label_values(y: np.ndarray) -> list[float]:
     return vals + ([float(other[0])] if other.size else [])
 
 
-def map_labels(y: np.ndarray, labels: str, label_map, where: str) -> np.ndarray:
-    """Labels as the problem sees them: "binary" mapped to -1/+1 by
-    ``label_map`` (DataError naming the first label outside it), "ignored"
-    zeros, anything else kept."""
-    if labels == "binary":
+def map_labels(y: np.ndarray, labels: str, label_map, target, where: str) -> np.ndarray:
+    """Labels as the problem sees them: through ``label_map`` when there is
+    one (two classes to -1/+1, K classes to 0..K-1; DataError naming the first
+    label outside it), zeros for a loss that ignores them, regression targets
+    checked and through the public ``target`` transform when there is one,
+    anything else kept."""
+    if label_map is not None:
         return np.ascontiguousarray(label_map.apply(y, where))
     if labels == "ignored":
         return np.zeros_like(y)
+    if target is not None:
+        from ..tasks import check_regression_targets
+
+        check_regression_targets(y, where)
+        return np.ascontiguousarray(target.apply(y), dtype=np.float64)
     return np.ascontiguousarray(y, dtype=np.float64)
 
 

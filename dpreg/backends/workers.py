@@ -179,15 +179,16 @@ class ShardWorker:
 
         return {i: scale_statistics(r) for i, r in self.readers.items()}
 
-    def prepare(self, prep, labels: str, label_map, loss) -> dict:
-        """Prepare every shard (:func:`~.shards.prepare_shard`) and load or
-        compile its kernels (one gradient on one row); returns per shard the
-        problem's dimension and the bytes it holds, and this process's memory."""
+    def prepare(self, prep, labels: str, label_map, loss, target=None) -> dict:
+        """Prepare every shard (:func:`~.shards.prepare_shard`; labels through
+        :func:`~.shards.map_labels`) and load or compile its kernels (one
+        gradient on one row); returns per shard the problem's dimension and the
+        bytes it holds, and this process's memory."""
         self._threads()
         held = {}
         for s in self.sources:
             r = self.readers.pop(s.index)
-            y = map_labels(self.labels.pop(s.index), labels, label_map, r.where)
+            y = map_labels(self.labels.pop(s.index), labels, label_map, target, r.where)
             pb = prepare_shard(r, y, prep, loss)
             pb.gradient(np.zeros(pb.d), np.zeros(1, dtype=np.int64))  # kernels loaded before the run
             self.problems[s.index] = pb
@@ -233,8 +234,8 @@ class ShardWorker:
     def evaluate(self, what: str, w, v, parts: dict) -> dict:
         """Per shard, an exact (evaluation-only) quantity over its rows of
         ``parts``: "value", "gradient", "hvp" (along ``v``), "hessian" (the
-        shard's mean), "correct" (records whose predicted sign is the label),
-        "positive" (records labelled +1)."""
+        shard's mean), "correct" (records whose predicted class is their
+        label), "classes" (label value -> records)."""
         return self._timed(lambda: self._evaluate(what, w, v, parts))
 
     def _evaluate(self, what, w, v, parts) -> dict:
@@ -250,11 +251,13 @@ class ShardWorker:
                 out[i] = pb.hvp(w, v, ix)
             elif what == "hessian":
                 out[i] = pb.hessian(w, ix)
-            elif what == "correct":
+            elif what == "correct":  # sign for two classes (-1/+1), the largest output for K (0..K-1)
                 m = np.asarray(pb.decision_function(w))
-                out[i] = int(np.sum(np.sign(m) == pb.y)) if ix is None else int(np.sum(np.sign(m[ix]) == pb.y[ix]))
-            elif what == "positive":
-                out[i] = int(np.sum(pb.y > 0)) if ix is None else int(np.sum(pb.y[ix] > 0))
+                pred = np.argmax(m, axis=1) if m.ndim == 2 else np.sign(m)
+                out[i] = int(np.sum(pred == pb.y)) if ix is None else int(np.sum(pred[ix] == pb.y[ix]))
+            elif what == "classes":  # label value -> count
+                vals, counts = np.unique(pb.y if ix is None else pb.y[ix], return_counts=True)
+                out[i] = {float(v): int(c) for v, c in zip(vals, counts)}
             else:
                 raise ValueError(f"unknown quantity {what!r}")
         return out

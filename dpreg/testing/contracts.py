@@ -5,8 +5,8 @@ suites (pytest collects the ``test_*`` methods)::
 
     from dpreg.testing import LossContract
 
-    class TestHuber(LossContract):
-        loss_name = "huber"
+    class TestHuberHinge(LossContract):
+        loss_name = "huber-hinge"
 
 Each contract looks the plugin up in the registry by name, so it tests exactly
 what ``dpreg run`` would use.
@@ -164,8 +164,16 @@ class LossContract:
             np.testing.assert_allclose(out, loss.psi_grad(w), rtol=1e-13, atol=1e-15)
 
     def test_declared_lipschitz_constant_holds_on_unit_ball(self):
+        """The declared G - or, for a loss whose declared constants are
+        practical defaults (a clip at the scale of typical gradients), its
+        ``worst_case_constants(d)`` - bounds every per-record gradient on the
+        unit ball."""
         loss, pb, X, y, w, rng = self._setup(5)
+        worst = getattr(loss, "worst_case_constants", None)
         G, M, rho = loss.constants(self.d)
+        assert G > 0 and M > 0 and rho >= 0
+        if worst is not None:
+            G, M, rho = worst(self.d)
         assert G > 0 and M > 0 and rho >= 0
         R = loss.radius if loss.radius is not None else 1.0
         for _ in range(5):

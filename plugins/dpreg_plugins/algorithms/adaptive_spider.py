@@ -60,13 +60,13 @@ from .spider_core import SpiderEstimator, calibrate_noise
 
 
 def default_B(loss) -> float:
-    """Public bound on F(x_0) - inf F at x_0 = 0: for binary-label losses,
-    max_y phi(0, y) + psi(0) (every built-in binary loss is >= 0), else 1.
+    """Public bound on F(x_0) - inf F at x_0 = 0 (:func:`dpreg.tasks.origin_bound`):
+    the loss's own bound (softmax: log K; squared, huber: 1/2), for binary-label
+    losses max_y phi(0, y) + psi(0) (every built-in binary loss is >= 0), else 1.
     Reads nothing from the data."""
-    if loss.labels == "binary":
-        phi = type(loss).phi
-        return float(max(phi(0.0, 1.0), phi(0.0, -1.0)) + loss.psi(np.zeros(1)))
-    return 1.0
+    from dpreg.tasks import origin_bound
+
+    return origin_bound(loss)
 
 
 def theorem_alpha(n: int, d: int, eps: float, B: float, G: float, M: float) -> float:

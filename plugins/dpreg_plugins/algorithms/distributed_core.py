@@ -39,7 +39,7 @@ import numpy as np
 
 from dpreg.access import Passes
 from dpreg.errors import DpregError, ParameterError
-from dpreg.problem import Problem
+from dpreg.problem import Problem, make_problem
 
 from .spider_core import SpiderEstimator
 
@@ -168,9 +168,10 @@ class ClientNode:
         self.threads = self.cfg.get("threads")
         n_train = X.shape[0] - int(n_select)
         self.accountant = accountant_cls(self.cfg["epsilon"], self.cfg["delta"], self.cfg["relation"])
-        self.problem = Problem(loss, X[:n_train], y[:n_train], name=f"client {j}")
-        self.select_problem = (Problem(loss, X[n_train:], y[n_train:], name=f"client {j} selection share")
-                               if n_select else None)
+        row_bound = float(self.cfg.get("row_bound", 1.0))
+        self.problem = make_problem(loss, X[:n_train], y[:n_train], name=f"client {j}", row_bound=row_bound)
+        self.select_problem = (make_problem(loss, X[n_train:], y[n_train:], name=f"client {j} selection share",
+                                            row_bound=row_bound) if n_select else None)
         # the client's own secret stream; the plan's passes over its shard, each started by the server
         self.access = Passes(n_train, np.random.default_rng(seeds["batches"]), self.cfg.get("passes", 1))
         self.est = SpiderEstimator(self.problem, noise_cls, noise_multiplier=self.cfg["noise_multiplier"],

@@ -253,6 +253,12 @@ class DistributedSpider(PerturbedSGD):
     )
 
     @classmethod
+    def requirements(cls, params) -> dict:
+        if (params.get("select") or "none") != "none":
+            return {"clipped_hessian_sum": "per-record clipped Hessians (the distributed selection's lambda_min test)"}
+        return {}
+
+    @classmethod
     def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:
         """Each client's noisy SPIDER estimates (its own noise mechanism and
         accountant) and, with Alg 4, each client's noisy gradients and
@@ -314,7 +320,7 @@ class DistributedSpider(PerturbedSGD):
         cfg = dict(noise_multiplier=r["noise_multiplier"], horizon=r["horizon"], clip=r["clip"],
                    diff_clip=r["diff_clip"], batch1=r["batch1"], batch2=r["batch2"], passes=r["passes"],
                    epsilon=self.accountant.epsilon_budget, delta=self.accountant.delta,
-                   relation=self.accountant.relation)
+                   relation=self.accountant.relation, row_bound=float(getattr(pb, "row_bound", 1.0)))
         specs = []
         for j, (tr, sel) in enumerate(self._shards()):
             rows = np.concatenate([tr, sel])

@@ -110,8 +110,12 @@ def default_schedule(problem, alpha: float) -> tuple[float, int, float]:
     declared rho, with Delta bounded by the data-independent f(0; z)."""
     loss = problem.loss
     rho = problem.constants()[2]
-    phi = type(loss).phi
-    delta_f = max(phi(0.0, 1.0), phi(0.0, -1.0)) + loss.psi(np.zeros(problem.d))
+    own = getattr(loss, "origin_bound", None)  # a loss's own bound (softmax: log K; squared, huber: 1/2)
+    if own is not None:
+        delta_f = float(own())
+    else:
+        phi = type(loss).phi
+        delta_f = max(phi(0.0, 1.0), phi(0.0, -1.0)) + loss.psi(np.zeros(problem.d))
     r = math.sqrt(alpha / rho)
     T = max(1, math.ceil(6.0 * math.sqrt(rho) * delta_f / alpha ** 1.5))
     return r, T, math.sqrt(alpha * rho)
@@ -149,6 +153,10 @@ class _TrustRegion(Algorithm):
     uses_noise = False
     data_access = "resample"
     honours_init = True
+
+    @classmethod
+    def requirements(cls, params) -> dict:
+        return {"clipped_hessian_sum": "per-record clipped Hessians (the noisy Hessian of its trust-region step)"}
 
     @classmethod
     def release_mechanisms(cls, info: dict, noise: str | None) -> list[dict]:

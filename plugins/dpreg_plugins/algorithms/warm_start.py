@@ -151,6 +151,13 @@ class WarmStart(Algorithm):
         return out
 
     @classmethod
+    def requirements(cls, params) -> dict:
+        out: dict = {}
+        for c in cls._stages(params):
+            out.update(c.requirements({}))
+        return out
+
+    @classmethod
     def relation_for(cls, params) -> str:
         rels = {c.relation for c in cls._stages(params)}
         return rels.pop() if len(rels) == 1 else "replace-one"

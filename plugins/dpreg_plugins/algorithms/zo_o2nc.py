@@ -157,6 +157,10 @@ class ZoO2NC(Algorithm):
     relation = "replace-one"
     honours_init = True
     practitioner = {"lr": "step", "batch_size": "its batches are per oracle (batch1/batch2, or batch with oracle=naive)"}
+    @classmethod
+    def requirements(cls, params) -> dict:
+        return {"clipped_zo_sum": "clipped zeroth-order sums (loss values along random directions)"}
+
     #: set True (before run) to keep every block's iterates w^k_1..w^k_T in
     #: ``block_iterates`` for evaluation after the run (the Goldstein proxy);
     #: O(M d) memory, off by default

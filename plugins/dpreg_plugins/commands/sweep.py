@@ -13,7 +13,7 @@ optional; an unknown key or a bad value is a one-line error naming it)::
     replicates = 3                          # runs per cell, each with secret randomness (default 1)
     # seeds    = [0, 1, 2]                  # or research seeds instead (see below)
     data       = ["synthetic-logistic:n=2000,d=4"]   # or {name = "...", train = "...", test = "..."}
-    loss       = "logistic"                 # or a list: one more axis
+    loss       = "logistic"                 # or a list: one more axis; "auto" as dpreg run
     test_data  = "FILE"                     # for the plain-string data entries
     delta      = 1e-5                       # default: the pipeline's min(1e-5, 1/(10 n))
     accountant = "rdp"
@@ -72,7 +72,8 @@ COLUMNS = ("algo", "noise", "loss", "data", "epsilon", "delta", "replicate", "se
            "alpha", "kappa", "batch1", "batch2", "o1_refreshes", "escape_tests",
            "train_accuracy", "test_accuracy", "train_loss", "test_loss", "train_grad_norm",
            "train_lambda_min", "test_grad_norm", "train_grad_norm_at_zero", "test_grad_norm_at_zero",
-           "test_majority_rate", "nonprivate_train_loss", "run_s", "record", "error")
+           "test_majority_rate", "nonprivate_train_loss", "train_r2", "test_r2", "test_rmse",
+           "test_r2_of_train_mean", "run_s", "record", "error")
 
 #: run_info keys read into the table: column -> the algorithms' names for it, first present wins
 #: (batch1: the O1 / large batch; batch2: the O2 batch, its mean when adaptive; o1_refreshes: O1
@@ -232,7 +233,8 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
         if not isinstance(ls, str):
             _fail("loss", f"must be a name or a list of names, got {ls!r}")
         try:
-            get_loss(reg, ls)
+            if ls != "auto":  # auto: resolved per data set, as by dpreg run
+                get_loss(reg, ls)
         except DpregError as exc:
             _fail("loss", str(exc))
     eps = [_number(f"epsilons[{i}]", e) for i, e in enumerate(_str_list(cfg, "epsilons",
@@ -362,9 +364,10 @@ def record_row(cell: Cell, rec: dict, path: str) -> dict:
     for col, names in RUN_INFO_COLUMNS.items():
         row[col] = next((info[k] for k in names if isinstance(info.get(k), (int, float))), None)
     for k in ("train_accuracy", "test_accuracy", "train_loss", "test_loss", "train_grad_norm", "train_lambda_min",
-              "test_grad_norm"):
+              "test_grad_norm", "train_r2", "test_r2", "test_rmse"):
         row[k] = metrics.get(k)
-    for k in ("train_grad_norm_at_zero", "test_grad_norm_at_zero", "test_majority_rate", "nonprivate_train_loss"):
+    for k in ("train_grad_norm_at_zero", "test_grad_norm_at_zero", "test_majority_rate", "nonprivate_train_loss",
+              "test_r2_of_train_mean"):
         row[k] = base.get(k)
     return row
 

@@ -56,7 +56,7 @@ import numpy as np
 from dpreg import hookimpl
 from dpreg.accounting import pure_dp_event
 from dpreg.errors import ParameterError
-from dpreg.interfaces import Participation, Selector, charge
+from dpreg.interfaces import Participation, Selector, charge, problem_supports
 from dpreg.params import ParamSpec
 
 #: largest dimension for the dense lambda_min query of above-threshold
@@ -277,6 +277,11 @@ class AboveThresholdSelector(Selector):
                 f"above-threshold's lambda_min query needs an exact dense eigendecomposition "
                 f"(d <= {DENSE_MAX_D}); d = {problem.d}: test the gradient only with "
                 f"--select above-threshold:check=fosp")
+        why = problem_supports(problem, "clipped_hessian_sum") if check == "sosp" else None
+        if why is not None:
+            raise ParameterError(f"above-threshold's lambda_min query needs per-record clipped Hessians, which "
+                                 f"loss {problem.loss.name!r} does not provide ({why}): test the gradient only "
+                                 f"with --select above-threshold:check=fosp")
         self.check = check
 
     @property

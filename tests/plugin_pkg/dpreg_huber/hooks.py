@@ -8,7 +8,7 @@ from dpreg import hookimpl
 def dpreg_register_losses(register):
     from .loss import HuberHinge
 
-    register("huber", HuberHinge(), summary="Huber-smoothed hinge loss (third-party example)")
+    register("huber-hinge", HuberHinge(), summary="Huber-smoothed hinge loss (third-party example)")
 
 
 @hookimpl

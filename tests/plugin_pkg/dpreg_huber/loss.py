@@ -31,7 +31,7 @@ def huber_d2phi(m, y):
 class HuberHinge(LinearModelLoss):
     """Huber-smoothed hinge loss; convex. G=1, M=1 (rho undefined: stated as 1e6)."""
 
-    name = "huber"
+    name = "huber-hinge"
     phi = staticmethod(huber_phi)
     dphi = staticmethod(huber_dphi)
     d2phi = staticmethod(huber_d2phi)

@@ -2,4 +2,4 @@ from dpreg.testing import LossContract
 
 
 class TestHuber(LossContract):
-    loss_name = "huber"
+    loss_name = "huber-hinge"
