@@ -376,3 +376,32 @@ def test_parquet_label_column_option_and_missing_values(tmp_path):
     pq.write_table(pa.table({"a": X[:, 0], "b": b, "y": cols["target"]}), tmp_path / "q" / "part-0.parquet")
     with pytest.raises(DataError, match="missing value in column 'b' at record 2"):
         _run(algo="dp-gd", data=str(tmp_path / "q"), params={"steps": 3})
+
+
+@pytest.mark.slow  # loads the softmax and squared-loss kernels (5-12 s on 2 busy cores)
+def test_k_classes_and_regression_on_shards(tmp_path):
+    """Softmax on K declared classes and least squares on public target
+    bounds run on sharded data (the maps and transforms applied where the
+    records are); the classes are never inferred, nor the targets' bounds."""
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((1500, 4))
+    k = np.argmax(X[:, :3], axis=1).astype(float) * 10  # classes 0, 10, 20
+    t = X @ np.array([2.0, -1.0, 0.5, 0.0]) + 0.1 * rng.standard_normal(1500)
+    for name, y in (("cls", k), ("reg", t)):
+        (tmp_path / name).mkdir()
+        for i, (lo, hi) in enumerate(((0, 600), (600, 1500))):
+            np.savez(tmp_path / name / f"part-{i}.npz", X=X[lo:hi], y=y[lo:hi])
+    rec = _run(algo="dp-gd", loss="softmax", labels="0,10,20", data=str(tmp_path / "cls"), params={"steps": 40},
+               epsilon=4.0)
+    assert rec["release"]["config"]["task"] == "multiclass"
+    assert rec["release"]["model"]["label_map"]["classes"] == [0.0, 10.0, 20.0]
+    m = rec["diagnostics"]
+    assert m["metrics"]["train_accuracy"] > m["baselines"]["train_majority_rate"] + 0.2
+    with pytest.raises(DataError, match="declare the classes"):
+        _run(algo="dp-gd", loss="softmax", data=str(tmp_path / "cls"))
+    reg = _run(algo="dp-gd", loss="squared", data=str(tmp_path / "reg"), target_bounds="-8,8", params={"steps": 40},
+               epsilon=4.0)
+    assert reg["release"]["config"]["task"] == "regression" and reg["release"]["model"]["target"]
+    assert reg["diagnostics"]["metrics"]["train_loss"] < reg["diagnostics"]["baselines"]["train_loss_at_zero"]
+    with pytest.raises(ParameterError, match="target-bounds"):
+        _run(algo="dp-gd", loss="squared", data=str(tmp_path / "reg"))
