@@ -7,8 +7,10 @@ accountant on the driver, a record in two parts - with the data held by the
 executor's holders instead of one array.  What differs:
 
 * the schema is declared or fixed: svmlight shards need ``--features`` and
-  the index base; the label map is ``--labels`` or a fixed map ({-1,+1},
-  {0,1}) that every shard fits - never inferred from a sharded source;
+  the index base; the label map is ``--labels`` (two classes, or K for a
+  multi-class loss) or a fixed map ({-1,+1}, {0,1}) that every shard fits -
+  never inferred from a sharded source; regression targets need public
+  bounds (``--target-bounds`` or the data set's) or ``none``;
 * n is the sum of the shards' sizes; each holder reports only its shards'
   sizes, feature counts and (for the fixed label maps) label values;
 * ``--scaling private`` (and ``auto`` where it pays) releases the same two
