@@ -447,8 +447,9 @@ def _summary(rec, out):
         click.echo(f"  time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")
         be = diag.get("backend")
         if be:
+            tr = be["traffic"]
             click.echo(f"  backend   {be['backend']}: {be['shards']} shards on {be['workers']} worker(s); per step "
-                       f"{be['traffic']['bytes_down_per_step']:.0f} B down, {be['traffic']['bytes_up_per_step']:.0f} B up")
+                       f"{tr['bytes_down_per_step']:.0f} B down, {tr['bytes_up_per_step']:.0f} B up")
     if out:
         click.echo(f"record    {out}")
     diag = rec.get("diagnostics") or {}

@@ -320,7 +320,8 @@ class DaskExecutor:
         try:
             from distributed import Client, LocalCluster
         except ImportError:  # pragma: no cover - depends on the environment
-            raise ParameterError("--backend dask needs the distributed extra: pip install 'dpreg[distributed]'") from None
+            raise ParameterError("--backend dask needs the distributed extra: "
+                                 "pip install 'dpreg[distributed]'") from None
         self.sources = list(sources)
         self.timeout = timeout
         self.cluster = self.client = None
@@ -389,10 +390,12 @@ class DaskExecutor:
                 del pending[j]
                 if ok:
                     out[j] = value
-                elif isinstance(value, DpregError) or not self._lost(j):
+                elif isinstance(value, DpregError):
                     raise value
-                else:
+                elif isinstance(value, OSError) or self._lost(j):  # the worker cannot be reached, or is gone
                     raise self._lost_error(j) from None
+                else:
+                    raise value
             for j in pending:
                 if self._lost(j):
                     raise self._lost_error(j)
@@ -413,8 +416,8 @@ class DaskExecutor:
                 raise
             except (TimeoutError, _dask_timeout()):
                 pass
-            except Exception:  # noqa: BLE001 - the holder's own error, or the transport's
-                if self._lost(j):
+            except Exception as exc:  # noqa: BLE001 - the holder's own error, or the transport's
+                if isinstance(exc, OSError) or self._lost(j):
                     raise self._lost_error(j) from None
                 raise
             if self._lost(j):
