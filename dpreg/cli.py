@@ -141,7 +141,7 @@ CONFIG_KEYS = ("algo", "noise", "loss", "data", "test_data", "test_fraction", "e
                "params", "seed", "split_seed", "features", "zero_based", "labels", "target_bounds", "target_share",
                "intercept", "scaling",
                "bounds", "scaling_share", "alpha", "select", "select_share", "out", "threads", "backend",
-               "scheduler", "epochs", "lr", "batch_size", "max_grad_norm", "noise_multiplier")
+               "scheduler", "workers", "worker_memory", "epochs", "lr", "batch_size", "max_grad_norm", "noise_multiplier")
 
 
 def _read_config(ctx, param, path):
@@ -181,7 +181,8 @@ def _read_config(ctx, param, path):
               help="loss name, or auto: softmax for K > 2 declared classes, squared for a data set that "
                    "declares a regression task, else logistic [default: auto]")
 @click.option("--data", default=None, shell_complete=_complete("dataset"),
-              help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz) [default: adult]")
+              help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz), or a directory or glob of shard files "
+                   "(also .parquet; trained on without loading them into one process) [default: adult]")
 @click.option("--test-data", default=None, help="held-out data-set name or file")
 @click.option("--test-fraction", type=float, default=None, help="hold out this fraction (split by --split-seed)")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="privacy budget epsilon > 0")
@@ -237,9 +238,15 @@ def _read_config(ctx, param, path):
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
 @click.option("-v", "--verbose", is_flag=True, help="also print the privacy statement")
 @click.option("--backend", type=click.Choice(["local", "dask"]), default=None,
-              help="where a distributed algorithm's clients run (local in-process, or Dask actors)")
+              help="where the records are held: in this process, or by Dask worker processes (data-parallel: "
+                   "per-shard clipped sums, noise added once here); for distributed-spider, where its clients run")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
-              help="Dask scheduler address for --backend dask [default: a LocalCluster]")
+              help="Dask scheduler address for --backend dask [default: a LocalCluster on 127.0.0.1]")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="worker processes of the LocalCluster for --backend dask [default: one per shard, at most "
+                   "one per core]")
+@click.option("--worker-memory", default=None, metavar="SIZE",
+              help="memory limit per LocalCluster worker, e.g. 2GiB [default: Dask's share of the machine]")
 @click.option("--no-diagnostics", "no_diagnostics", is_flag=True,
               help="compute no diagnostics: the record is the release alone (safe to publish)")
 @click.option("--diagnostics-budget", type=float, default=None, metavar="SECONDS",
@@ -250,8 +257,8 @@ def _read_config(ctx, param, path):
 def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, epochs, lr,
         batch_size, max_grad_norm, noise_multiplier, seed, split_seed,
         features, zero_based, labels, target_bounds, target_share, intercept, scaling, bounds, scaling_share, alpha,
-        select, select_share, out, force, threads, quiet, verbose, backend, scheduler, no_diagnostics,
-        diagnostics_budget, as_json):
+        select, select_share, out, force, threads, quiet, verbose, backend, scheduler, workers, worker_memory,
+        no_diagnostics, diagnostics_budget, as_json):
     """Run one private optimization and report privacy spent and metrics.
 
     --epochs, --lr, --batch-size, --max-grad-norm and --noise-multiplier are
@@ -271,10 +278,12 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
     params = list(params)
     if scheduler is not None and backend is None:
         backend = "dask"
-    if backend is not None:  # --backend/--scheduler are the distributed algorithms' own parameters
-        params.append(f"backend={backend}")
-    if scheduler is not None:
-        params.append(f"scheduler={scheduler}")
+    if _has_backend_param(algo):  # --backend/--scheduler are then the algorithm's own parameters
+        if backend is not None:
+            params.append(f"backend={backend}")
+        if scheduler is not None:
+            params.append(f"scheduler={scheduler}")
+        backend = scheduler = None
     params = practitioner_params(algo or DEFAULTS["algo"], params,
                                  dict(epochs=epochs, lr=lr, batch_size=batch_size, max_grad_norm=max_grad_norm,
                                       noise_multiplier=noise_multiplier), style="cli")
@@ -291,7 +300,8 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
                     intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share,
                     alpha=alpha, select=select, select_share=select_share, out=out,
                     diagnostics=not no_diagnostics, diagnostics_budget=diagnostics_budget, warn=warn,
-                    threads=threads, write_record=False)
+                    threads=threads, write_record=False,
+                    backend=backend, scheduler=scheduler, workers=workers, worker_memory=worker_memory)
     progress_cm = _progress(cfg.algo) if not quiet else _NoProgress()
     with progress_cm as cb:
         cfg.progress = cb
@@ -328,6 +338,20 @@ def _quiet_everywhere() -> bool:
     """Whether ``dpreg -q`` (the group's own option, before the command) was given."""
     ctx = click.get_current_context(silent=True)
     return bool(ctx is not None and ctx.find_root().params.get("quiet"))
+
+
+def _has_backend_param(algo) -> bool:
+    """Whether the algorithm named ``algo`` (None: the default) has a
+    ``backend`` parameter of its own (distributed-spider's clients); an unknown
+    name says False and fails later, with the registry's message."""
+    from .pipeline import DEFAULTS
+    from .registry import get_registry
+
+    try:
+        cls = get_registry().get("algorithm", algo or DEFAULTS["algo"])
+    except DpregError:
+        return False
+    return any(p.name == "backend" for p in getattr(cls, "params", ()))
 
 
 class _NoProgress:
@@ -437,6 +461,11 @@ def _summary(rec, out):
         click.echo(f"  usage     iterations={u['iterations']}{passes} records_used={u['records_used']} "
                    f"gradient_evaluations={u['gradient_evaluations']}")
         click.echo(f"  time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")
+        be = diag.get("backend")
+        if be:
+            tr = be["traffic"]
+            click.echo(f"  backend   {be['backend']}: {be['shards']} shards on {be['workers']} worker(s); per step "
+                       f"{tr['bytes_down_per_step']:.0f} B down, {tr['bytes_up_per_step']:.0f} B up")
     if out:
         click.echo(f"record    {out}")
     diag = rec.get("diagnostics") or {}

@@ -164,7 +164,11 @@ def accuracy(problem, w) -> float:
     """Fraction of records classified right: sign(decision function) == y for
     a binary model (labels -1/+1, <x, w> for linear models; ties count as
     wrong), the class of the largest output == y for a K-class model (labels
-    0..K-1; ties go to the first class)."""
+    0..K-1; ties go to the first class).  A problem whose records are held
+    elsewhere counts them itself (``problem.accuracy``)."""
+    own = getattr(problem, "accuracy", None)
+    if own is not None:
+        return float(own(w))
     m = problem.decision_function(w)
     if m.ndim == 2:
         return float(np.mean(np.argmax(m, axis=1) == problem.y))

@@ -143,6 +143,20 @@ class RunConfig:
     #: write ``out`` at the end of the run (the CLI writes it itself, after
     #: printing the summary, so a failing write loses nothing it printed)
     write_record: bool = True
+    #: where the records are held for a data-parallel run (:mod:`dpreg.backends`):
+    #: None or "local" (this process), "dask" (Dask worker processes); data that
+    #: are a directory or glob of shard files always run data-parallel
+    backend: str | None = None
+    #: address of a running Dask scheduler (backend "dask"; None: a LocalCluster)
+    scheduler: str | None = None
+    #: worker processes of the LocalCluster (None: one per shard, at most one per core)
+    workers: int | None = None
+    #: numba threads per worker (None: the cores shared out over the workers)
+    worker_threads: int | None = None
+    #: memory limit per LocalCluster worker (bytes or a string such as "2GiB"; None: Dask's share)
+    worker_memory: Any = None
+    #: seconds to reach the scheduler before giving up
+    scheduler_timeout: float = 10.0
 
 
 def _parse_name_options(spec: str) -> tuple[str, dict]:
@@ -507,6 +521,10 @@ def run_pipeline(cfg: RunConfig) -> dict:
     from .problem import make_problem
     from .results import check_writable, to_json, write_atomic
 
+    if runs_data_parallel(cfg):
+        from .backends.pipeline import run_sharded
+
+        return run_sharded(cfg)
     t_start = time.perf_counter()
     warn = privacy_warner(cfg.warn)
     stage = cfg.stage or (lambda name: None)
@@ -703,6 +721,18 @@ def check_size(problem, algo_cls, params: dict, cfg: RunConfig) -> None:
     threads = cfg.threads or os.cpu_count() or 1
     loss = cfg.loss if isinstance(cfg.loss, str) and ":" in cfg.loss else ""
     check_run_size(problem, algo_cls, params, threads=threads, what=loss)
+
+
+def runs_data_parallel(cfg: RunConfig) -> bool:
+    """Whether ``cfg`` runs on sharded data (:mod:`dpreg.backends`): its data
+    are a directory or glob of shard files, or its backend is "dask" (or it
+    names a scheduler) - the backend of the data, for algorithms that have no
+    backend parameter of their own (distributed-spider has)."""
+    from .backends.shards import looks_sharded
+
+    if cfg.backend not in (None, "local", "dask"):
+        raise ParameterError(f"backend must be local or dask, got {cfg.backend!r}")
+    return looks_sharded(cfg.data) or cfg.backend == "dask" or cfg.scheduler is not None
 
 
 def _set_threads(k: int, warn=None) -> None:
