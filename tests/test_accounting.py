@@ -178,7 +178,7 @@ def test_epsilon_of_any_charge_history_is_dp_accountings(charges, delta):
     assert acc.epsilon_spent == pytest.approx(_reference_epsilon(charges, delta), rel=1e-12, abs=1e-15)
 
 
-@pytest.mark.parametrize("cls", [RdpAccountant, PldAccountant])
+@pytest.mark.parametrize("cls", [RdpAccountant, pytest.param(PldAccountant, marks=pytest.mark.slow)])
 def test_calibrated_plan_is_reserved_and_enforced(cls):
     acc = cls(1.0, 1e-5, "add-remove")
     T, q = 200, 0.02

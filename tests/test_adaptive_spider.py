@@ -264,6 +264,7 @@ def test_deterministic_from_seed():
     assert np.array_equal(a.w, b.w) and not np.array_equal(a.w, c.w)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("noise", ["gaussian", "tree"])
 def test_real_data_from_python(noise):
     import dpreg
@@ -277,6 +278,7 @@ def test_real_data_from_python(noise):
     assert rec["diagnostics"]["metrics"]["train_grad_norm"] < rec["diagnostics"]["trajectory"]["checkpoints"]["grad_norm"][0]
 
 
+@pytest.mark.slow
 def test_cli_default_run_is_adaptive_spider_with_tree(tmp_path, monkeypatch):
     from click.testing import CliRunner
 
@@ -292,6 +294,7 @@ def test_cli_default_run_is_adaptive_spider_with_tree(tmp_path, monkeypatch):
     assert rec["diagnostics"]["metrics"]["train_loss"] < 1.0  # sane: near log 2 at worst on this tiny set
 
 
+@pytest.mark.slow
 def test_cli_real_data(tmp_path):
     from click.testing import CliRunner
 

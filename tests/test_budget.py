@@ -153,6 +153,7 @@ def test_json_record_state_spider_family(cli, tmp_path):
 
 
 # ------------------------------------------- passes: two single-pass stages
+@pytest.mark.slow
 @pytest.mark.parametrize("naming", ["same", "per-stage"])
 def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch, naming):
     """Hyper-parameter selection of adaptive-spider: two runs over the same

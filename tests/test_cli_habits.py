@@ -182,5 +182,8 @@ def test_default_output_lands_in_the_working_directory_not_the_checkout(tmp_path
 def test_divergence_is_warned(tmp_path):
     res = _run(["--algo", "dp-gd", "--data", DATA, "--param", "step=1e6", "--param", "steps=20", "--seed", "0",
                 "--epsilon", "0.5", "--out", str(tmp_path / "d.json")])
-    assert res.exit_code in (0, 2)
-    assert ("worse than at w = 0" in res.stderr) or ("diverged" in res.stderr), res.output
+    # the clipped steps keep the iterate finite: the run finishes, the record is written, and the
+    # warning says it did not learn
+    assert res.exit_code == 0, res.output
+    assert "worse than at w = 0" in res.stderr and "did not learn" in res.stderr, res.stderr
+    assert (tmp_path / "d.json").exists()

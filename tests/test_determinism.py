@@ -35,6 +35,7 @@ def _run(tmp_path, tag, threads, args):
     ["--algo", "adaptive-spider", "--noise", "tree", "--seed", "7"],
     ["--algo", "dp-sgd", "--seed", "7", "--param", "steps=15"],
 ], ids=["adaptive-spider-tree", "dp-sgd"])
+@pytest.mark.slow
 def test_same_seed_same_record_across_runs_and_threads(tmp_path, args):
     a = _run(tmp_path, "a", 1, args)
     b = _run(tmp_path, "b", 2, args)
@@ -44,6 +45,7 @@ def test_same_seed_same_record_across_runs_and_threads(tmp_path, args):
     assert a["release"]["privacy"]["randomness"] == "seeded"
 
 
+@pytest.mark.slow
 def test_unseeded_runs_differ_and_record_no_seed(tmp_path):
     """Default mode: the noise comes from OS entropy - two runs of the same
     command release different models - and nothing in the record or on the

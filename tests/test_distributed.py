@@ -283,6 +283,7 @@ def test_floors_size_batches_for_the_averaged_estimate(registry, pb, m):
     assert (o1 * math.sqrt(m) > chi / 2) == (m > 1)
 
 
+@pytest.mark.slow
 def test_defaults_learn_on_adult():
     """Issue 12 at the defaults (shipped adult, eps = 1, research seed 0): not the majority class
     (0.764 test; every seed before the sqrt(m) floors and M/4 O2 clip) - 5 seeds average 0.822 in

@@ -4,6 +4,7 @@ output file (property-based over the loaders and the CLI options, plus fixed
 cases and real subprocess runs)."""
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -266,11 +267,21 @@ def test_cli_options_property(cli, tmp_path_factory, eps, delta, algo, loss, par
     res = CliRunner().invoke(cli, ["run", "--algo", algo, "--loss", loss, "--data", str(d / "ok.csv"),
                                    "--epsilon", repr(eps), "--delta", repr(delta), "--param", param,
                                    "--out", str(out)])
+    if _surely_refused(eps, delta, algo, loss, param):
+        assert res.exit_code != 0, (eps, delta, algo, loss, param)
     if res.exit_code == 0:
         assert out.exists()
     else:
         _assert_user_error(res)
         assert sorted(os.listdir(d)) == ["ok.csv"]
+
+
+def _surely_refused(eps, delta, algo, loss, param) -> bool:
+    """Whether one of the options is outside what any run accepts (the property test above then
+    expects a refusal; inputs it cannot judge alone, such as a tiny ε, may go either way)."""
+    return (not (math.isfinite(eps) and eps > 0) or not (math.isfinite(delta) and 0 <= delta < 1)
+            or algo in ("nope", "", "DP-GD") or loss == "nope"
+            or param in ("steps=0", "steps=x", "clip=-1", "step=inf", "k=v"))
 
 
 # ------------------------------------------------------------------ real subprocesses

@@ -323,6 +323,7 @@ def test_practical_o2_clip_is_a_quarter_of_the_declared_smoothness(registry, alg
     assert _algo(algo_cls, logistic_problem, gauss, diff_clip=0.2)[0].resolve()["diff_clip"] == 0.2
 
 
+@pytest.mark.slow
 def test_defaults_learn_on_adult_and_run_escape_tests():
     """Issues 12 and 11 at the defaults (shipped adult, eps = 1, research seed 0): test accuracy
     >= 0.82, clear of the majority class (0.764; 0.806 at this seed before the M/4 O2 clip), and the run reaches

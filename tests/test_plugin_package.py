@@ -74,6 +74,7 @@ def test_autoload_can_be_disabled(plugin_env):
     assert "huber-hinge" not in {e["name"] for e in json.loads(r.stdout)}
 
 
+@pytest.mark.slow
 def test_third_party_loss_passes_the_public_contract(plugin_env, plugin_src):
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                         str(plugin_src / "tests" / "test_huber_contract.py")],

@@ -275,6 +275,7 @@ def test_scaling_private_is_charged_to_the_one_accountant():
     assert rec["diagnostics"]["privacy"]["charges"] == 20 + 2
 
 
+@pytest.mark.slow
 def test_defaults_learn_on_the_shipped_data():
     """Models that learn: dp-sgd at its defaults, eps = 1, beats the majority
     class clearly on adult (>= 0.82; majority 0.764) and on breast-cancer's

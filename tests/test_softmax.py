@@ -175,6 +175,7 @@ def test_clipped_hessian_terms_have_operator_norm_within_clip(registry, data):
     assert k == 0
 
 
+@pytest.mark.slow
 def test_bit_identical_for_serial_parallel_any_thread_count_and_repeated_calls(registry, data):
     X, y = data
     rng = np.random.default_rng(4)

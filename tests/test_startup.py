@@ -78,6 +78,7 @@ def _run_cached(env):
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_second_run_loads_every_kernel_from_cache(tmp_path):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     first = _run_cached(env)    # cold cache: compiles
@@ -115,6 +116,7 @@ _READ_ONLY = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_read_only_install_caches_in_user_dir(tmp_path):
     """Package directories not writable and NUMBA_CACHE_DIR unset: dpreg points
     numba's cache at the user cache directory before numba is imported, so a
@@ -134,6 +136,7 @@ def test_read_only_install_caches_in_user_dir(tmp_path):
     assert runs[0]["g"] == runs[1]["g"]
 
 
+@pytest.mark.slow
 def test_read_only_install_without_writable_home_falls_back_to_tmp(tmp_path):
     """Hostile case of issue 14: read-only install, no writable HOME, no XDG
     cache: the run does not crash on numba's "no locator available"; kernels
@@ -170,6 +173,7 @@ print(sum(f.stats.cache_hits.values()), sum(f.stats.cache_misses.values()))
 """
 
 
+@pytest.mark.slow
 def test_a_change_in_another_kernel_module_makes_the_cache_stale(tmp_path):
     """numba checks a cached function against its own file only; the kernels link code
     from other modules (here the logistic block derivative, in loss_blocks.py, calls

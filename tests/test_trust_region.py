@@ -271,6 +271,7 @@ def test_dp_str_noise_free_decreases_the_loss(registry):
 
 
 # ------------------------------------------------------------- end to end
+@pytest.mark.slow
 @pytest.mark.parametrize("algo", ["dp-trust-region", "dp-stochastic-trust-region"])
 def test_ijcnn_run_spends_at_most_epsilon(algo):
     import dpreg

@@ -472,18 +472,36 @@ def test_audit_passes(registry):
     assert 0 < res.epsilon_claimed <= 1.0 * (1 + 1e-9)
 
 
-def test_adult_ramp_run(registry):
-    """`dpreg run --algo zo-o2nc --loss ramp --data adult.trn --test-data
-    adult.tst --epsilon 4 --seed 0` (blocks capped at 3 to keep the suite fast;
-    the full default run is in docs/experiment-zeroth-order.md)."""
+@pytest.fixture(scope="module")
+def adult_ramp_record():
+    """The record of `dpreg run --algo zo-o2nc --loss ramp --data adult.trn --test-data adult.tst
+    --epsilon 4 --seed 0` (the defaults; about 15 s of CPU)."""
     import dpreg
 
-    rec = dpreg.run(algo="zo-o2nc", loss="ramp", data=str(shared_file("adult.trn.bz2")),
-                    test_data=str(shared_file("adult.tst.bz2")), epsilon=4.0, seed=0,
-                    params={"blocks": 3})
-    assert rec["diagnostics"]["privacy"]["epsilon_spent"] <= 4.0 * (1 + 1e-9)
-    assert rec["diagnostics"]["problem"]["d"] == 123 + 1 and rec["diagnostics"]["run_info"]["oracle"] == "vr"
-    assert np.all(np.isfinite(rec["release"]["model"]["weights"])) and 0.0 <= rec["diagnostics"]["metrics"]["test_accuracy"] <= 1.0
+    return dpreg.run(algo="zo-o2nc", loss="ramp", data=str(shared_file("adult.trn.bz2")),
+                     test_data=str(shared_file("adult.tst.bz2")), epsilon=4.0, seed=0, warn=False)
+
+
+@pytest.mark.slow
+def test_adult_ramp_run_spends_the_budget_and_lowers_the_loss(adult_ramp_record):
+    """Within ε = 4, the variance-reduced oracle on the 123 features and the intercept, and a
+    released model whose ramp loss is below the loss at w = 0 on both splits."""
+    rec = adult_ramp_record
+    diag = rec["diagnostics"]
+    assert 0 < diag["privacy"]["epsilon_spent"] <= 4.0 * (1 + 1e-9)
+    assert diag["problem"]["d"] == 123 + 1 and diag["run_info"]["oracle"] == "vr"
+    assert np.all(np.isfinite(rec["release"]["model"]["weights"]))
+    for split in ("train", "test"):
+        assert diag["metrics"][f"{split}_loss"] < diag["baselines"][f"{split}_loss_at_zero"] - 0.1
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="zo-o2nc on the ramp loss releases the majority-class "
+                   "classifier on adult (test accuracy equal to the majority rate, 0.7638)")
+def test_adult_ramp_run_learns(adult_ramp_record):
+    """The released model beats the majority-class rate on adult's test split."""
+    diag = adult_ramp_record["diagnostics"]
+    assert diag["metrics"]["test_accuracy"] > diag["baselines"]["test_majority_rate"] + 0.01
 
 
 def test_record_clip_holds_in_exact_arithmetic(registry):
