@@ -292,7 +292,8 @@ class PoissonStream:
 
     def __init__(self, access: Resample, q: float, total: int, chunk: int = STREAM_MAX_CHUNK):
         self.access, self.q, self.left, self.chunk = access, float(q), int(total), max(1, int(chunk))
-        self._rows = self._off = None
+        self._rows: np.ndarray | None = None
+        self._off: np.ndarray | None = None
         self._i = self._k = 0
 
     def next(self) -> tuple[np.ndarray, Participation]:
@@ -311,4 +312,5 @@ class PoissonStream:
             self.left -= k
         i = self._i
         self._i += 1
+        assert self._rows is not None and self._off is not None
         return self._rows[self._off[i]:self._off[i + 1]], self._part

@@ -53,11 +53,12 @@ def _exit_interrupted():
 def _interrupted(exc: BaseException) -> bool:
     """Whether an exception's chain holds a KeyboardInterrupt."""
     seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, KeyboardInterrupt):
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, KeyboardInterrupt):
             return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
     return False
 
 

@@ -3,6 +3,8 @@ with tomllib (tomli before Python 3.11), a UTF-8 byte-order mark ignored (as
 Windows editors write one), every failure one line."""
 from __future__ import annotations
 
+import sys
+
 from .errors import DpregError
 
 BOM = b"\xef\xbb\xbf"
@@ -11,9 +13,9 @@ BOM = b"\xef\xbb\xbf"
 def read_toml(path: str) -> dict:
     """The parsed TOML file at ``path``; DpregError (one line) when it cannot
     be read, is not UTF-8 or is not valid TOML."""
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:  # Python 3.10
         import tomli as tomllib
     try:
         with open(path, "rb") as fh:

@@ -123,7 +123,7 @@ class ClassMap:
     source: str
 
     @staticmethod
-    def for_training(y: np.ndarray, declared, where: str) -> "ClassMap":
+    def for_training(y: np.ndarray | None, declared, where: str) -> "ClassMap":
         """The map for a training set; DataError when it has fewer than two classes."""
         if declared is not None:
             vals = tuple(float(v) for v in declared)
@@ -132,12 +132,13 @@ class ClassMap:
             if len(vals) < 2:
                 raise DataError(f"{where}: need at least two classes, got {len(vals)}")
             return ClassMap(vals, "declared")
-        vals = np.unique(y)
-        if len(vals) < 2:
+        assert y is not None  # classes are read off y only when none are declared
+        found = np.unique(y)
+        if len(found) < 2:
             hint = (" (a CSV file's label is its FIRST column; put the label column first)"
                     if ".csv" in where.lower() else "")
-            raise DataError(f"{where}: labels have one class only ({vals[0]:g}); need two or more{hint}")
-        return ClassMap(tuple(float(v) for v in vals), "inferred")
+            raise DataError(f"{where}: labels have one class only ({found[0]:g}); need two or more{hint}")
+        return ClassMap(tuple(float(v) for v in found), "inferred")
 
     @property
     def n_classes(self) -> int:

@@ -222,6 +222,7 @@ def charge(accountant: "Accountant", event, participation: Participation, label:
     the accountant's epsilon after the last charge."""
     from .accounting import poisson_sampled
 
+    kw: dict[str, Any]
     if participation.kind == "all":
         ev, kw = event, {}
     elif participation.kind == "poisson":
@@ -362,7 +363,7 @@ class NoiseMechanism(ABC):
         state it ends in are the same.  Here a phase past the horizon raises
         after the phases before it were charged (more charged than released:
         never less)."""
-        rows = []
+        rows: list[np.ndarray] = []
         for i, adds in enumerate(phases):
             if i or reset_first:
                 self.reset()

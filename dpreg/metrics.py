@@ -238,13 +238,13 @@ def trajectory_grad_norms(problem, steps, iterates, *, budget_s: float | None = 
     steps = [int(s) for s in steps]
     k = len(steps)
     order = ([k - 1, 0] if k > 1 else [0][:k]) + list(range(k - 2, 0, -1))
-    got = {}
+    got: dict[int, float] = {}
     for i in order:
         if budget_s is not None and len(got) >= 2 and time.perf_counter() - t0 > budget_s:
             break
         got[i] = float(np.linalg.norm(problem.gradient(iterates[i])))
     keep = sorted(got)
-    out = {"steps": [steps[i] for i in keep], "grad_norm": [got[i] for i in keep]}
+    out: dict[str, object] = {"steps": [steps[i] for i in keep], "grad_norm": [got[i] for i in keep]}
     if len(keep) < len(steps):
         out["skipped"] = len(steps) - len(keep)
         out["skipped_reason"] = f"time budget of {budget_s:.3g} s"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class Model:
             task = model.get("task") or ("binary" if classifier else "regression")
             if task not in TASKS:
                 raise DpregError(f"unknown task {task!r} (one of {', '.join(TASKS)})")
-            K = model.get("n_classes")
+            K: Any = model.get("n_classes")
             if task == "multiclass":
                 K = int(K)
                 if K < 2:
@@ -91,7 +92,7 @@ class Model:
         model; c_0..c_{K-1} for K classes); None for regression."""
         lm = self.label_map or {}
         if self.task == "multiclass":
-            return np.asarray(lm.get("classes", list(range(self.n_classes))), dtype=float)
+            return np.asarray(lm.get("classes", list(range(self.n_classes or 0))), dtype=float)
         if self.task == "binary":
             return np.asarray([lm.get("negative", -1.0), lm.get("positive", 1.0)], dtype=float)
         return None
@@ -109,6 +110,7 @@ class Model:
         Xt = self.transform(X)
         if self.kind == "linear":
             if self.task == "multiclass":
+                assert self.n_classes is not None
                 return np.asarray(Xt @ self.weights.reshape(-1, self.n_classes))
             return np.asarray(Xt @ self.weights)
         from .pipeline import get_loss
@@ -121,6 +123,7 @@ class Model:
         if for_task is not None:
             loss = for_task(self.task, self.n_classes)
         if self.task == "multiclass":
+            assert self.n_classes is not None
             loss = bind_classes(loss, self.n_classes)
         y0 = np.zeros(Xt.shape[0])
         problem = make_problem(loss, Xt, y0)
@@ -139,6 +142,7 @@ class Model:
         if self.task == "regression":
             return self.target.inverse(m)
         cls = self.classes
+        assert cls is not None  # a classifier
         if self.task == "multiclass":
             return cls[np.argmax(m, axis=1)]
         return np.where(m > 0, cls[1], cls[0])
@@ -248,19 +252,22 @@ def prediction_table(model: Model, X, *, proba: bool = False) -> tuple[list[str]
         raise DpregError(f"loss {model.loss!r} defines no class probabilities (--proba needs a logistic or "
                          f"softmax model)")
     m = model.decision_function(X)
+    cls = model.classes  # None for regression
     if model.task == "regression":
         header = ["prediction"]
         cols = [[f"{v:.17g}" for v in model.target.inverse(m)]]
     elif model.task == "multiclass":
+        assert cls is not None
         header = ["prediction"]
-        cols = [[f"{v:g}" for v in model.classes[np.argmax(m, axis=1)]]]
+        cols = [[f"{v:g}" for v in cls[np.argmax(m, axis=1)]]]
     else:
-        cls = model.classes
+        assert cls is not None
         header = ["prediction", "margin"]
         cols = [[f"{v:g}" for v in np.where(m > 0, cls[1], cls[0])], [f"{v:.17g}" for v in m]]
     if proba:
         P = model.predict_proba(X)
-        header += [f"p_{c:g}" for c in model.classes]
+        assert cls is not None  # a model with probabilities is a classifier
+        header += [f"p_{c:g}" for c in cls]
         cols += [[f"{v:.17g}" for v in P[:, k]] for k in range(P.shape[1])]
     return header, [list(r) for r in zip(*cols)]
 

@@ -230,6 +230,7 @@ def apply_practitioner(cls, params: Any, names: Mapping[str, Any] | None, *, sty
             why = target or MISSING.get(key, "it has no parameter in that role")
             raise ParameterError(f"algorithm {algo!r} has no counterpart for {opt}: {why}; "
                                  f"it takes {takes} (dpreg info {algo})")
+        assert target is not None  # every name in specs is a string
         if target in given:
             raise ParameterError(f"give either {opt} or {_param_name(target, style)}, not both "
                                  f"({opt} is {algo}'s {target!r})")

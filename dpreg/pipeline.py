@@ -414,7 +414,7 @@ def resolve_loss(reg, cfg: RunConfig, loss, loaded):
     spec = cfg.loss
     task = public_task(cfg, loaded)
     if spec in (None, "auto"):
-        spec = AUTO_LOSS.get(task, "logistic")
+        spec = AUTO_LOSS.get(task or "", "logistic")
         loss = get_loss(reg, spec)
     for_task = getattr(loss, "for_task", None)
     if for_task is not None and task is not None:
@@ -619,6 +619,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
                 else "none")
     if mode == "bounds":
         src = cfg.bounds if cfg.scaling == "bounds" else declared
+        assert src is not None  # "bounds" is chosen only with bounds given or declared
         lo, hi = read_bounds(src, d_raw) if isinstance(src, str) else (list(src[0]), list(src[1]))
         prep = Preprocessing(d_raw, "bounds", lo, hi, intercept)
     elif mode == "private":
@@ -635,7 +636,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
         check_dense_copy((X.shape[0] + (0 if Xte is None else Xte.shape[0]), X.shape[1]), f"loss {cfg.loss!r}")
     problem = make_problem(loss, X, y, name=tr.description, row_bound=prep.row_bound)
-    test_problem = (make_problem(loss, Xte, yte, name=test_desc, row_bound=prep.row_bound)
+    test_problem = (make_problem(loss, Xte, yte, name=test_desc or "", row_bound=prep.row_bound)
                     if Xte is not None else None)
     check_algorithm_fits(algo_cls, params, problem, loss_spec)
     check_size(problem, algo_cls, params, cfg)
@@ -774,6 +775,7 @@ def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = N
     task = loss_task(loss)
     K = getattr(loss, "n_classes", None) if task == "multiclass" else None
     coef = None if own else w[:prep.n_weights * (K or 1)]
+    intercept: float | list[float]
     if own:
         intercept = 0.0
     elif K:
@@ -873,7 +875,7 @@ def _optimum_key(problem, max_iter: int) -> bytes:
     for a in (*arrays, problem.y):
         a = np.ascontiguousarray(a)
         h.update(repr((a.dtype.str, a.shape)).encode())
-        h.update(a.view(np.uint8).reshape(-1))
+        h.update(a.view(np.uint8).reshape(-1).data)
     import scipy
 
     loss = problem.loss

@@ -9,6 +9,7 @@ record's ``release`` part.
 from __future__ import annotations
 
 import textwrap
+from typing import NoReturn, TypeGuard
 
 from .errors import DpregError
 
@@ -25,7 +26,7 @@ def load_statement(path: str) -> dict:
     return rel
 
 
-def _number(v) -> bool:
+def _number(v) -> TypeGuard[float]:
     import math
 
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -41,7 +42,7 @@ def check_statement(release: dict, where: str) -> None:
     rendered as a guarantee."""
     pr, c = release.get("privacy"), release.get("config")
 
-    def bad(field, value, want):
+    def bad(field, value, want) -> NoReturn:
         raise DpregError(f"{where}: release.{field} = {value!r} is not {want}: not a statement dpreg "
                          f"writes (the record was edited or damaged)")
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def project(w: np.ndarray, radius: float | None, norm=np.linalg.norm) -> np.ndar
 _WANT_PARALLEL: list = []
 
 
-def _want_parallel(work: int) -> bool:
+def _want_parallel(work: float) -> bool:
     """Whether a kernel call of ``work`` elements wants the parallel variant: the
     work threshold and the thread count of :func:`dpreg_kernels.config.want_parallel`
     (imported on first use: dpreg imports the kernels lazily)."""
@@ -88,11 +89,14 @@ class Problem:
     and memory follow the non-zeros."""
 
     loss: LinearModelLoss
-    X: np.ndarray
+    X: Any  # a C-contiguous float64 array or a CSR matrix
     y: np.ndarray
     name: str = ""
     row_bound: float = 1.0
     _rows: np.ndarray | None = field(default=None, repr=False)
+    if TYPE_CHECKING:  # set with X (__setattr__); not fields at run time
+        _csr: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(init=False, repr=False)
+        _row_nnz: float = field(init=False, repr=False)
 
     def __post_init__(self):
         self.n, self.d = self.X.shape
@@ -360,7 +364,7 @@ class Problem:
         par_work = PARALLEL_WORK if parallel else np.iinfo(np.int64).max
         t0 = time.thread_time()
         w = spider_steps.form(parallel, sparse)(
-            tuple(self._csr) if sparse else (self.X,), self.y, self._nx, np.ascontiguousarray(rows, dtype=np.int64),
+            tuple(self._csr) if self._csr is not None else (self.X,), self.y, self._nx, np.ascontiguousarray(rows, dtype=np.int64),
             np.ascontiguousarray(offsets, dtype=np.int64), bool(full1), row_work, float(par_work), self._vec(w0), wp,
             noise1, noise2, float(sens1), float(scale1), float(z2), float(factor), bool(separate), _inner(clip),
             1.0 - CLIP_MARGIN, float(smoothness), float(diff_cap) if diff_cap is not None else np.inf, float(denom1),

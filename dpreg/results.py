@@ -17,7 +17,7 @@ _VERSIONED = ("dpreg", "numpy", "scipy", "numba", "llvmlite", "pluggy", "click",
 
 
 def versions() -> dict:
-    out = {"python": sys.version.split()[0], "platform": platform.platform()}
+    out: dict[str, str | None] = {"python": sys.version.split()[0], "platform": platform.platform()}
     for dist in _VERSIONED:
         try:
             out[dist] = metadata.version(dist)

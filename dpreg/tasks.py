@@ -104,7 +104,7 @@ class TargetTransform:
                 raise ParameterError(f"target bounds need finite LO < HI, got {lo!r}, {hi!r}")
 
     @staticmethod
-    def bounds(lower: float, upper: float, source: str = "declared") -> "TargetTransform":
+    def bounds(lower: float, upper: float, *, source: str = "declared") -> "TargetTransform":
         return TargetTransform("bounds", float(lower), float(upper), source)
 
     def apply(self, y: np.ndarray) -> np.ndarray:
@@ -112,6 +112,7 @@ class TargetTransform:
         y = np.asarray(y, dtype=np.float64)
         if self.kind == "none":
             return y
+        assert self.lower is not None and self.upper is not None  # "bounds" (checked on construction)
         return np.clip((2.0 * y - self.lower - self.upper) / (self.upper - self.lower), -1.0, 1.0)
 
     def inverse(self, t: np.ndarray) -> np.ndarray:
@@ -119,6 +120,7 @@ class TargetTransform:
         t = np.asarray(t, dtype=np.float64)
         if self.kind == "none":
             return t
+        assert self.lower is not None and self.upper is not None  # "bounds" (checked on construction)
         return self.lower + (t + 1.0) * (0.5 * (self.upper - self.lower))
 
     def as_dict(self) -> dict:
@@ -131,7 +133,7 @@ class TargetTransform:
         return cls(d.get("kind", "none"), d.get("lower"), d.get("upper"), d.get("source"))
 
 
-def parse_target_bounds(raw) -> tuple[float, float] | None:
+def parse_target_bounds(raw) -> tuple[float, float] | str | None:
     """``"LO,HI"`` (or a pair) -> (lo, hi) with finite lo < hi; None stays None;
     ``"auto"`` stays ``"auto"``."""
     if raw is None or (isinstance(raw, str) and raw.strip().lower() == "auto"):

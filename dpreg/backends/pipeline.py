@@ -136,15 +136,15 @@ def _label_map(survey: dict, declared, loss, where: str):
         if len(vals) != 2 or vals[0] == vals[1]:
             raise DataError(f"{where}: a binary loss needs two different declared labels, got {len(vals)}")
         return LabelMap(vals[0], vals[1], "declared"), loss
-    vals = set()
+    seen: set[float] = set()
     for s in survey.values():
-        vals.update(s["labels"])
-    if len(vals) == 1:
-        raise DataError(f"{where}: labels have one class only ({next(iter(vals)):g}); need two")
+        seen.update(s["labels"])
+    if len(seen) == 1:
+        raise DataError(f"{where}: labels have one class only ({next(iter(seen)):g}); need two")
     for fixed in ((-1.0, 1.0), (0.0, 1.0)):
-        if vals <= set(fixed):
+        if seen <= set(fixed):
             return LabelMap(fixed[0], fixed[1], "fixed"), loss
-    shown = ", ".join(f"{v:g}" for v in sorted(vals)[:3])
+    shown = ", ".join(f"{v:g}" for v in sorted(seen)[:3])
     raise DataError(f"{where}: labels ({shown}, ...) are not -1/+1 or 0/1; declare the two classes with "
                     f"--labels NEG,POS (a sharded source's labels are never inferred)")
 

@@ -214,10 +214,11 @@ class ShardedProblem:
         if b == 0:
             raise ValueError("an empty batch has no mean")
         res = self._call("evaluate", parts, lambda p: (what, w, v, p))
-        tot = None
+        tot: np.ndarray | None = None
         for s in sorted(res):
             term = np.asarray(res[s], dtype=np.float64) * float(sizes[s])
             tot = term if tot is None else tot + term
+        assert tot is not None  # b > 0: some shard holds rows of the batch
         return tot / b
 
     def value(self, w: np.ndarray, idx=None) -> float:

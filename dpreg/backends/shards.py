@@ -36,7 +36,7 @@ import glob
 import os
 import zipfile
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -134,13 +134,15 @@ def discover(spec: str) -> list[ShardFile]:
         raise DataError(f"data not found: {spec}")
     if not paths:
         raise DataError(f"no shard files in {where} (formats: .parquet, .npz, svmlight, .csv)")
-    formats = {format_of(p) for p in paths}
-    if None in formats:
-        bad = next(p for p in paths if format_of(p) is None)
+    found = [(p, format_of(p)) for p in paths]
+    bad = next((p for p, f in found if f is None), None)
+    if bad is not None:
         raise DataError(f"{bad}: unknown shard format (use .parquet, .npz, svmlight or .csv)")
+    formats = {f for _, f in found if f is not None}
     if len(formats) > 1:
         raise DataError(f"the shards in {where} mix formats ({', '.join(sorted(formats))}); use one")
-    return [ShardFile(i, os.path.abspath(p), format_of(p), os.path.getsize(p)) for i, p in enumerate(paths)]
+    (fmt,) = formats
+    return [ShardFile(i, os.path.abspath(p), fmt, os.path.getsize(p)) for i, p in enumerate(paths)]
 
 
 # --------------------------------------------------------------------- readers
@@ -150,10 +152,10 @@ class ShardReader:
     .npz, dense text) or as one ``matrix()`` (svmlight, CSV)."""
 
     def __init__(self, f: ShardFile, opts: ShardOptions):
-        self.file = f
+        self.file: Any = f  # a ShardFile, or the arrays of a subclass
         self.where = f"data shard {f.path}"
         self.opts = opts
-        self._whole = None
+        self._whole: tuple[Any, np.ndarray] | None = None
         try:
             if f.format == "parquet":
                 self._open_parquet()

@@ -239,7 +239,7 @@ class ShardWorker:
         return self._timed(lambda: self._evaluate(what, w, v, parts))
 
     def _evaluate(self, what, w, v, parts) -> dict:
-        out = {}
+        out: dict[int, Any] = {}
         for i, part in parts.items():
             pb = self.problems[i]
             ix = _rows(part)
@@ -324,7 +324,8 @@ class DaskExecutor:
                                  "pip install 'dpreg[distributed]'") from None
         self.sources = list(sources)
         self.timeout = timeout
-        self.cluster = self.client = None
+        self.cluster: Any = None
+        self.client: Any = None
         self._holders: list = []
         self.actors: list = []
         self._quiet()

@@ -242,7 +242,7 @@ PARALLEL_WORK: int = int(os.environ.get("DPREG_PARALLEL_WORK", str(1 << 16)))
 PARALLEL_AMORTIZE_S: float = float(os.environ.get("DPREG_PARALLEL_AMORTIZE_S", "3.0"))
 
 
-def want_parallel(work: int) -> bool:
+def want_parallel(work: float) -> bool:
     """Whether a kernel of ``work`` elements should run its parallel variant:
     work >= :data:`PARALLEL_WORK` and numba has more than one thread.  Serial
     and parallel variants give bit-identical results (fixed chunking), so the

@@ -147,13 +147,13 @@ def _zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip, sym, phi):
 
 _ZO_SIG = types.Tuple((Vec, i8))(Mat, Vec, Idx, Vec, Vec, Dirs, f8, f8, f8, f8, f8, types.boolean, ScalarFunction)
 
+_n_zo_chunks = _zo_chunks  # plain Python: a function of (b, J, d) alone
 _zo_chunks = jit_inline(_zo_chunks)
 _clip_coef = jit_inline(_clip_coef)
 
 #: the fused GRAD/DIFF kernel (see :func:`_zo_sum`), parallel and serial variants
 zo_sum_parallel = jit_parallel(_ZO_SIG)(_zo_sum)
 zo_sum_serial = jit_serial(_ZO_SIG)(_zo_sum)
-_n_zo_chunks = _zo_chunks.py_func  # plain Python: a function of (b, J, d) alone
 
 
 def zo_sum(X, y, idx, wa, wb, U, h, sgn, scale, clip, rec_clip, sym, phi):

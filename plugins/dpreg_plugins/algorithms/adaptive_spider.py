@@ -344,6 +344,7 @@ class AdaptiveSpider(Algorithm):
                 rel = est.refresh(w, idx, part)
                 drift = 0.0
             else:
+                assert bt is not None  # set when there is no refresh
                 try:
                     idx, part = access.take(bt)
                 except Exhausted:
@@ -385,7 +386,7 @@ class AdaptiveSpider(Algorithm):
         if est.phases:
             phase_lengths.append(est.phase_steps)
         w_out = output.result(w, t)
-        bt = np.asarray(batches, dtype=float)
+        o2_batches = np.asarray(batches, dtype=float)
         info = {
             "noise": self.noise.name, "noise_multiplier": z, "horizon": horizon,
             "tree_levels": int(horizon).bit_length() if self.noise.name == "tree" else None,
@@ -396,8 +397,9 @@ class AdaptiveSpider(Algorithm):
             "max_phase": horizon, "output": self.p["output"],
             "select_candidates": "every iterate" if traj.keeps_every_iterate else
             f"{len(traj.steps)} evenly spaced checkpoints", "output_step": output.chosen_step(t),
-            "batch_o1": b, "batch_o2_mean": float(bt.mean()) if bt.size else None,
-            "batch_o2_min": int(bt.min()) if bt.size else None, "batch_o2_max": int(bt.max()) if bt.size else None,
+            "batch_o1": b, "batch_o2_mean": float(o2_batches.mean()) if o2_batches.size else None,
+            "batch_o2_min": int(o2_batches.min()) if o2_batches.size else None,
+            "batch_o2_max": int(o2_batches.max()) if o2_batches.size else None,
             "perturbations": len(perturb_steps), "perturbation_steps": perturb_steps[:100],
             "eps_in_formulas": r["eps_formula"], "o1_noise_std": z * self.accountant.sensitivity_factor * r["clip"] / b,
             "clipped_terms": clipped, "epsilon_spent": self.accountant.epsilon_spent,

@@ -181,7 +181,7 @@ class ClientNode:
         self._select_seed = seeds.get("selection")
         self._round = 0
         self._last: np.ndarray | None = None
-        self._selected = None
+        self._selected: tuple[np.ndarray, np.ndarray] | None = None
         self.clipped = 0
 
     def _threads(self):

@@ -145,6 +145,7 @@ class DistributedSpiderOracle:
             moved = float(np.dot(x - self.prev, x - self.prev))
             if moved == 0.0:  # O2(x, x) = 0: no round, nothing released
                 self.n_reused += 1
+                assert self.g is not None  # released with prev
                 return self.g.copy()
             self.drift += moved
         o1 = self.g is None or self.drift >= self.kappa or self.phase_steps >= self.max_phase

@@ -168,6 +168,7 @@ class AdaptiveSpiderOracle:
             moved = float(np.dot(x - self.prev, x - self.prev))
             if moved == 0.0:  # O2(x, x) = 0 with sensitivity 0: nothing to release
                 self.n_reused += 1
+                assert self.g is not None  # released with prev
                 return self.g.copy()
             self.drift += moved
         while True:
@@ -469,7 +470,7 @@ class PerturbedSGD(Algorithm):
             x = self.initial_point()
         elif self.p["init"] == "random":
             x = self.rng("perturbed-sgd init").standard_normal(pb.d)
-            x *= 0.01 / max(np.linalg.norm(x), 1e-300)
+            x *= 0.01 / max(float(np.linalg.norm(x)), 1e-300)
         else:
             x = np.zeros(pb.d)
         max_steps = self.p["max_steps"] or math.inf
@@ -558,6 +559,7 @@ class PerturbedSGD(Algorithm):
         traj.finish(steps, out)
         if mode != "paper":
             out = chooser.result(x, n_iter)
+        assert self.noise is not None  # uses_noise
         info = dict(r)
         tests = stats["escape_tests"]
         info.update(stats, escape_log=log, certified=certified, stop_reason=stop, **oracle.stats(),

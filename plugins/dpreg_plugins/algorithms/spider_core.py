@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Hashable, Iterable, Sequence
+from typing import Any, Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -120,7 +120,7 @@ class SpiderEstimator:
         self.smoothness = float(smoothness)
         self.diff_cap = None if diff_cap is None else float(diff_cap)
         self.separate = o1_noise_multiplier is not None
-        if self.separate:
+        if o1_noise_multiplier is not None:  # self.separate
             if o1_seed is None:
                 raise ValueError("a separate O1 multiplier needs its own secret seed (o1_seed)")
             self.o1_mechanism = noise_cls(dim=problem.d, noise_multiplier=float(o1_noise_multiplier), horizon=1,
@@ -128,7 +128,7 @@ class SpiderEstimator:
         self.mechanism = noise_cls(dim=problem.d, noise_multiplier=noise_multiplier,
                                    horizon=max(1, int(horizon) - 1) if self.separate else int(horizon),
                                    accountant=accountant, seed=seed)
-        self._base = None          # O1 release (separate multipliers only)
+        self._base: np.ndarray | None = None  # O1 release (separate multipliers only)
         self._adds = 0             # adds in the current phase (O1 included)
         self.phases = 0            # O1 calls
         self.o2_calls = 0
@@ -220,7 +220,7 @@ class SpiderEstimator:
         n_o1 = -(-k // q)
         p1 = batches[0][1]
         o2 = [batches[i] for i in range(k) if i % q]
-        p2 = o2[0][1] if o2 else None
+        p2: Any = o2[0][1] if o2 else None  # None: no O2 adds (their counts are all 0)
         if any(batches[i][1] != p1 for i in range(0, k, q)) or any(p != p2 for _, p in o2):
             raise ValueError("steps: the O1 batches must share one participation, and the O2 batches another")
         passed = [not (full1 and i % q == 0) for i in range(k)]  # a full O1 batch's rows are not passed
@@ -408,7 +408,8 @@ class PrepaidAccountant:
         #: the event last charged and its cell: a release of k adds charges one event
         #: object k times (interfaces.charge), looked up once instead of k times
         #: (an event's hash is computed anew each time)
-        self._last = self._last_cell = None
+        self._last: Any = None
+        self._last_cell: list[int] | None = None
 
     @property
     def sensitivity_factor(self) -> float:

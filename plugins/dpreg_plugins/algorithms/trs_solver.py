@@ -224,7 +224,7 @@ def solve_trs_krylov(g: np.ndarray, matmat, r: float, *, tol: float = 1e-8, max_
         for _ in range(2):
             if m:
                 block = block - Q[:, :m] @ (Q[:, :m].T @ block)
-        new = []
+        new: list[np.ndarray] = []
         for j in range(block.shape[1]):
             v = block[:, j]
             for u in new:

@@ -55,6 +55,7 @@ dp-accounting's SampledWithoutReplacementDpEvent (RDP accountant only).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -216,6 +217,18 @@ class _TrustRegion(Algorithm):
     def _hess(self, w, k):  # pragma: no cover
         raise NotImplementedError
 
+    def _hess_rows(self) -> int:  # pragma: no cover
+        raise NotImplementedError
+
+    def _hess_operator(self, w, k):  # pragma: no cover
+        raise NotImplementedError
+
+    def _records_used(self, k):  # pragma: no cover
+        raise NotImplementedError
+
+    def _grad_evals(self, k):  # pragma: no cover
+        raise NotImplementedError
+
     # -- shared ------------------------------------------------------------------
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -271,6 +284,7 @@ class _TrustRegion(Algorithm):
         products = 0
         for k in range(1, self.T + 1):
             g = self._grad(w, k)
+            res: Any
             if krylov:
                 data_part, E = self._hess_operator(w, k)
                 mm = _hessian_matmat(pb.loss, w, data_part, E)

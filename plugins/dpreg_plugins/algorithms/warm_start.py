@@ -32,6 +32,8 @@ never run under an add-remove accountant.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from dpreg import hookimpl
@@ -221,7 +223,7 @@ class WarmStart(Algorithm):
                                       lo=p["lo"], hi=p["hi"], radius=p["net_radius"])
             net = sel.net(p["net_size"])
             s = sel.select(net, eps1, fit=True, label="warm-start exponential mechanism")
-            w0 = s.w
+            w0 = np.asarray(s.w, dtype=float)
             info["warm_info"] = dict(s.info, index=s.index, epsilon=view.epsilon_spent)
             traj.steps.append(0)
             traj.iterates.append(w0.copy())
@@ -254,6 +256,7 @@ class WarmStart(Algorithm):
         w = w0 if w0 is not None else np.zeros(pb.d)
         candidates = [w]
         if then != "none":
+            accB: Any  # a view of the budget, or the accountant itself
             if p["split"] == "basic" and warm != "none":
                 accB = acc.view(eps - eps1 - eps_sel, delta - delta1)
             else:

@@ -83,6 +83,7 @@ fixes eta.  The run is unconstrained (a loss's feasible radius is ignored).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -322,10 +323,12 @@ class ZoO2NC(Algorithm):
         T = plan["T"]
         horizon = T if plan["oracle"] == "vr" else 1  # naive: a fresh phase per step (Alg 6)
         passes = self.passes()  # a record is in one add of each pass: one pass's exposure, composed
+        noise = self.noise
+        assert noise is not None  # uses_noise
         z = self.accountant.calibrate(
-            lambda z: self_composed(self.noise.record_event(z, horizon, "disjoint", horizon), passes))
+            lambda z: self_composed(noise.record_event(z, horizon, "disjoint", horizon), passes))
         if plan["oracle"] == "vr" and self.p["noise_rule"] == "paper":
-            if self.noise.name != "tree":
+            if noise.name != "tree":
                 raise ParameterError("noise_rule=paper is Cor 4.4's tree noise: use --noise tree")
             if T > 1:
                 z *= max(1.0, math.sqrt(2.0 * math.log(T) / int(T).bit_length()))
@@ -364,8 +367,8 @@ class ZoO2NC(Algorithm):
                 access.next_pass()
             delta = np.zeros(pb.d)
             sumsq = 0.0
-            g = None
-            w_prev = None
+            g: Any = None  # the released estimate of the step before
+            w_prev: Any = None
             wsum = np.zeros(pb.d)
             gsum = np.zeros(pb.d)
             kept = np.empty((T, pb.d)) if self.keep_iterates else None

@@ -67,7 +67,7 @@ import re
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -138,7 +138,7 @@ def load_toml(path: str) -> dict:
     return read_toml(path)
 
 
-def _fail(key: str, msg: str):
+def _fail(key: str, msg: str) -> NoReturn:
     raise DpregError(f"sweep config: {key}: {msg}")
 
 
@@ -190,9 +190,10 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
     params_tab = cfg.get("params", {})
     if not isinstance(params_tab, dict) or any(not isinstance(v, dict) for v in params_tab.values()):
         _fail("params", "must be tables [params.ALGORITHM] of key = value")
-    algos = []  # (label, name, params, own epsilons or None)
+    algos: list[Any] = []  # (label, name, params, own epsilons or None)
     for i, a in enumerate(_str_list(cfg, "algorithms", required=True)):
         own_eps = None
+        name: Any
         if isinstance(a, str):
             label, name, p = a, a, {}
         elif isinstance(a, dict):
@@ -602,7 +603,7 @@ def run_sweep(cells: list[Cell], out_dir: str, *, workers: int = 2, scheduler: s
     the table of the finished cells (the others ``not run``) written before
     the exception goes on."""
     own = scheduler is not None and not hasattr(scheduler, "submit")
-    client = connect_scheduler(scheduler) if own else scheduler  # an unreachable scheduler: before anything else
+    client: Any = connect_scheduler(str(scheduler)) if own else scheduler  # an unreachable scheduler: before anything else
     try:
         return _sweep_in(cells, out_dir, workers, client, scheduler, echo)
     finally:
@@ -713,7 +714,7 @@ def connect_scheduler(address: str, timeout: float = CONNECT_TIMEOUT):
     except ImportError:
         raise DpregError("--scheduler needs dask.distributed: pip install 'dpreg[distributed]'") from None
 
-    def fail(why):
+    def fail(why) -> NoReturn:
         raise DpregError(f"cannot reach the Dask scheduler at {address}: {why}")
 
     from urllib.parse import urlsplit

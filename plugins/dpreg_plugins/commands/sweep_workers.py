@@ -137,8 +137,9 @@ class WorkerPool:
             self._give(self._start(), queue)
         while any(w[2] is not None for w in self.workers):
             busy = {w[1]: w for w in self.workers if w[2] is not None}
-            for conn in wait(list(busy), timeout=1.0):
-                w = busy[conn]
+            for ready in wait(list(busy), timeout=1.0):
+                w = busy[ready]
+                conn = w[1]
                 i = w[2][0]
                 try:
                     j, row = conn.recv()

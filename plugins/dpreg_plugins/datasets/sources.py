@@ -43,13 +43,16 @@ Synthetic names take options: ``synthetic-logistic:n=5000,d=10``.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
 from dpreg import hookimpl
 from dpreg.data import DatasetSource, Schema
 
 ADULT_FILE = "adult_a9a.npz.xz"
-ADULT_SCHEMA = Schema(n_features=123, zero_based=True, labels=(-1.0, 1.0))
+ADULT_FEATURES = 123
+ADULT_SCHEMA = Schema(n_features=ADULT_FEATURES, zero_based=True, labels=(-1.0, 1.0))
 
 
 def _adult(part: str):
@@ -58,11 +61,11 @@ def _adult(part: str):
     import lzma
     from importlib import resources
 
-    raw = resources.files("dpreg_plugins.datasets").joinpath("data", ADULT_FILE).read_bytes()
+    raw = resources.files("dpreg_plugins.datasets").joinpath("data").joinpath(ADULT_FILE).read_bytes()
     with np.load(io.BytesIO(lzma.decompress(raw))) as z:
         indptr, indices, y = z[f"{part}_indptr"], z[f"{part}_indices"], z[f"{part}_y"]
     n = len(indptr) - 1
-    X = np.zeros((n, ADULT_SCHEMA.n_features))
+    X = np.zeros((n, ADULT_FEATURES))
     rows = np.repeat(np.arange(n), np.diff(indptr))
     X[rows, indices.astype(np.int64)] = 1.0
     return X, np.where(y > 0, 1.0, -1.0)
@@ -168,7 +171,7 @@ def _phase(n, d, seed, stream):
     return X, (X @ w_star) ** 2
 
 
-SOURCES = {
+SOURCES: dict[str, Callable[..., DatasetSource]] = {
     "adult": lambda: DatasetSource(
         lambda s: _adult("train"),
         "UCI Adult (a9a encoding), 32,561 x 123, official test split; shipped, CC BY 4.0",

@@ -111,12 +111,15 @@ class TreeHonakerMechanism(SingleParticipationMechanism):
                label=f"{self.name} leaf (x{self.levels} levels)")
         self._groups.add((participation.pass_id, participation.group))
         exact, sens = v, s
-        hat, var = None, 0.0
+        hat: np.ndarray | None = None
+        var = 0.0
         for lev in range(i + 1):
             if lev > 0:  # the node of level lev ending at t: left child (slot) + the node just built
-                exact = self._exact[lev - 1] + exact
+                left_exact, left_hat = self._exact[lev - 1], self._hat[lev - 1]
+                assert left_exact is not None and left_hat is not None and hat is not None  # bit lev-1 of t set
+                exact = left_exact + exact
                 sens = max(self._sens[lev - 1], sens)
-                s_sum, v_sum = self._hat[lev - 1] + hat, self._var[lev - 1] + var
+                s_sum, v_sum = left_hat + hat, self._var[lev - 1] + var
                 self._exact[lev - 1] = self._hat[lev - 1] = None
                 self._var[lev - 1] = self._sens[lev - 1] = 0.0
             sigma = self.z * sens

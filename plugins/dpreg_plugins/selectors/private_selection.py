@@ -113,6 +113,7 @@ def default_phi_range(loss, radius: float) -> tuple[float, float]:
     on a fine grid, for the labels the loss's label type allows (+-1 for
     "binary", 0 for "ignored").  Data-independent; a wrong range costs utility,
     never privacy (the kernel clips to it).  "real" labels need an explicit range."""
+    ys: tuple[float, ...]
     if loss.labels == "binary":
         ys = (-1.0, 1.0)
     elif loss.labels == "ignored":
@@ -231,7 +232,7 @@ class ExponentialSelector(Selector):
 
 
 # ------------------------------------------------------------- above-threshold
-def above_threshold_scan(deficits: Sequence[float], epsilon: float, rng: np.random.Generator):
+def above_threshold_scan(deficits: Sequence[float] | np.ndarray, epsilon: float, rng: np.random.Generator):
     """AboveThreshold on sensitivity-1 queries ``-u_t`` with threshold 0: the first
     t with ``-u_t + Lap(4/eps) >= Lap(2/eps)`` (one threshold draw), or None."""
     if not (epsilon > 0 and math.isfinite(epsilon)):
@@ -360,8 +361,8 @@ def select_hyperparameters(problem, algorithm, grid: Sequence[dict], *, accounta
 
     # secret by default (privacy rule 4); each run gets a 128-bit child seed
     ss = np.random.SeedSequence([secret_seed(seed), 0x5E1EC7])
-    sel_rng, *run_seeds = [np.random.default_rng(s) for s in ss.spawn(1)] + \
-        [derive_seed(s) for s in ss.spawn(len(bound))]
+    sel_rng = np.random.default_rng(ss.spawn(1)[0])
+    run_seeds = [derive_seed(s) for s in ss.spawn(len(bound))]
     selector = ExponentialSelector(problem, accountant=accountant, rng=sel_rng, lo=lo, hi=hi)
     epsilon_select = fit_pure_epsilon(accountant, epsilon_select)
     charge(accountant, pure_dp_event(epsilon_select), Participation.all(),
