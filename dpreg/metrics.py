@@ -84,9 +84,12 @@ def lanczos_smallest(matvec, d: int, *, max_hvps: int = LANCZOS_MAX_HVPS, deadli
         alphas.append(a)
         from scipy.linalg import eigh_tridiagonal
 
-        vals, vecs = eigh_tridiagonal(np.array(alphas), np.array(betas), select="i", select_range=(0, 0))
-        top = eigh_tridiagonal(np.array(alphas), np.array(betas), eigvals_only=True,
-                               select="i", select_range=(j, j))[0]
+        if j == 0:  # the 1 x 1 matrix [a] (scipy 1.11's eigh_tridiagonal refuses it with select="i")
+            vals, vecs, top = np.array([a]), np.ones((1, 1)), a
+        else:
+            vals, vecs = eigh_tridiagonal(np.array(alphas), np.array(betas), select="i", select_range=(0, 0))
+            top = eigh_tridiagonal(np.array(alphas), np.array(betas), eigvals_only=True,
+                                   select="i", select_range=(j, j))[0]
         theta = float(vals[0])
         resid = b * abs(float(vecs[-1, 0]))
         scale = max(abs(theta), abs(float(top)), 1e-300)
