@@ -12,7 +12,7 @@ range is estimated privately), ``dpreg run`` with the default algorithm
 alone and after scikit-learn's ``StandardScaler`` in a ``Pipeline`` (the
 scaler reads its means and deviations off the data: not private).
 
-    python benchmarks/defaults_tasks.py [--seeds 5] [--out table.md]
+    python experiments/defaults_tasks.py [--seeds 5] [--out table.md]
 """
 from __future__ import annotations
 

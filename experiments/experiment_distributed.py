@@ -29,8 +29,8 @@ F = (1/m) sum_j F_j), test accuracy on the held-out file, whether Alg 1
 certified its output, rounds, and the communication each round (floats per
 client each way, measured by the backend).
 
-    python benchmarks/experiment_distributed.py            # writes docs/experiment-distributed.md
-    python benchmarks/experiment_distributed.py --quick    # one seed, IJCNN1 only
+    python experiments/experiment_distributed.py            # writes docs/experiment-distributed.md
+    python experiments/experiment_distributed.py --quick    # one seed, IJCNN1 only
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ SHARED = ROOT.parent / "shared" / "data"
 DATASETS = {"ijcnn1": ("ijcnn1.trn.bz2", "ijcnn1.tst.bz2"), "a9a": ("adult.trn.bz2", "adult.tst.bz2")}
 LOSS, NOISE = "logistic-nonconvex-reg", "tree"
 DOC = ROOT / "docs" / "experiment-distributed.md"
-COMMAND = "python benchmarks/experiment_distributed.py"
+COMMAND = "python experiments/experiment_distributed.py"
 #: where the label-skewed layouts (client assignment files) are written (set by main from --raw)
 LAYOUTS = Path("/tmp/dpreg-bench/experiment-distributed-layouts")
 

@@ -47,11 +47,11 @@ gradient noise).  ``--clip`` is every method's gradient clip and the
 trust-region methods' Hessian clip (``--hess-clip`` overrides); ``--step`` every
 first-order method's step.
 
-    NUMBA_NUM_THREADS=1 nice python benchmarks/experiment_saddle_window.py --grid
-    NUMBA_NUM_THREADS=1 nice python benchmarks/experiment_saddle_window.py --data ijcnn1 --eps 1,4 --seeds 5 --clip 0.1
-    python benchmarks/experiment_saddle_window.py --tables benchmarks/results/saddle_window_ijcnn1_clip0.1.json
+    NUMBA_NUM_THREADS=1 nice python experiments/experiment_saddle_window.py --grid
+    NUMBA_NUM_THREADS=1 nice python experiments/experiment_saddle_window.py --data ijcnn1 --eps 1,4 --seeds 5 --clip 0.1
+    python experiments/experiment_saddle_window.py --tables experiments/results/saddle_window_ijcnn1_clip0.1.json
 
-writes a JSON record (default benchmarks/results/saddle_window_DATA[_clipC][_stepS].json) and prints the
+writes a JSON record (default experiments/results/saddle_window_DATA[_clipC][_stepS].json) and prints the
 Markdown tables of docs/experiment-saddle-window.md.
 """
 from __future__ import annotations

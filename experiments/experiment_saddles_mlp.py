@@ -21,11 +21,11 @@ the empirical Hessian (Lanczos, scipy eigsh, on the exact HVP kernel).  A run
 saddle's loss minus 0.01.  perturbed-sgd's escape tests (count, outcomes, log)
 and adaptive-spider's perturbations are kept from the run info.
 
-    NUMBA_NUM_THREADS=1 nice python benchmarks/experiment_saddles_mlp.py --data adult --eps 1,2 --seeds 3 \
+    NUMBA_NUM_THREADS=1 nice python experiments/experiment_saddles_mlp.py --data adult --eps 1,2 --seeds 3 \
         [--hidden 8] [--lanczos 4] [--loss-options M=0.5] [--param perturbed-sgd:o1_budget=2] [--out FILE]
-    python benchmarks/experiment_saddles_mlp.py --tables FILE   # reprint the tables of a record
+    python experiments/experiment_saddles_mlp.py --tables FILE   # reprint the tables of a record
 
-writes a JSON record (default benchmarks/results/saddles_mlp_DATA.json) and
+writes a JSON record (default experiments/results/saddles_mlp_DATA.json) and
 prints the Markdown tables of docs/experiment-saddles-mlp.md.
 """
 from __future__ import annotations
@@ -162,7 +162,7 @@ def main(argv=None):
     ap.add_argument("--loss-options", default="", metavar="KEY=VALUE,...",
                     help="extra mlp options after hidden=H,init=zero, e.g. M=0.5 (a declared smoothness)")
     ap.add_argument("--lanczos", type=int, default=6, help="interior checkpoints with lambda_min per run")
-    ap.add_argument("--out", default=None, help="JSON record (default benchmarks/results/saddles_mlp_DATA.json)")
+    ap.add_argument("--out", default=None, help="JSON record (default experiments/results/saddles_mlp_DATA.json)")
     ap.add_argument("--tables", default=None, help="only print the tables of this JSON record")
     a = ap.parse_args(argv)
     if a.tables:

@@ -48,10 +48,10 @@ lambda_min (dense Hessian, d <= 300), F(w)/F(0), |w|, |cos(w, w*)|, whether the
 point is the saddle (|w| <= 0.05 and lambda_min < 0), whether it left
 (F(w) <= F(0)/2), whether it is an alpha-SOSP.
 
-    NUMBA_NUM_THREADS=1 nice python benchmarks/experiment_saddles_phase.py --data ijcnn1 --eps 1,4 --seeds 5
-    python benchmarks/experiment_saddles_phase.py --tables benchmarks/results/saddles_phase_ijcnn1.json
+    NUMBA_NUM_THREADS=1 nice python experiments/experiment_saddles_phase.py --data ijcnn1 --eps 1,4 --seeds 5
+    python experiments/experiment_saddles_phase.py --tables experiments/results/saddles_phase_ijcnn1.json
 
-writes a JSON record (default benchmarks/results/saddles_phase_DATA.json) and
+writes a JSON record (default experiments/results/saddles_phase_DATA.json) and
 prints the Markdown tables of docs/experiment-saddles-phase.md.
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ default adaptive-spider, on breast-cancer (declared public bounds, used by
 `--scaling auto`; seeded 80/20 split) and IJCNN1 (its test file; no public
 bounds).  adult is binary and sparse: only per-record scaling applies.
 
-    NUMBA_NUM_THREADS=1 nice python benchmarks/experiment_scaling.py --seeds 5 > benchmarks/results/scaling.md
+    NUMBA_NUM_THREADS=1 nice python experiments/experiment_scaling.py --seeds 5 > experiments/results/scaling.md
 
 Seeds are research seeds.  Training and test accuracy are reported; the
 default of `--scaling auto` is chosen on the training columns only.

@@ -23,9 +23,9 @@ the minimum over k; the loss and accuracy of the output.  For dp-sgd the
 proxy column is |grad F(w)| at its output.  Tables give the mean (and sd)
 over seeds.
 
-    nice python benchmarks/experiment_zeroth_order.py --seeds 3   # writes docs/experiment-zeroth-order.json
-    nice python benchmarks/experiment_zeroth_order.py --quick     # ijcnn1 ramp, eps 4 only, one seed
-    python benchmarks/experiment_zeroth_order.py --table docs/experiment-zeroth-order.json
+    nice python experiments/experiment_zeroth_order.py --seeds 3   # writes docs/experiment-zeroth-order.json
+    nice python experiments/experiment_zeroth_order.py --quick     # ijcnn1 ramp, eps 4 only, one seed
+    python experiments/experiment_zeroth_order.py --table docs/experiment-zeroth-order.json
 """
 from __future__ import annotations
 

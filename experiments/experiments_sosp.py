@@ -1,12 +1,12 @@
 """The svmlight -> .npz cache of the real data sets (IJCNN1, a9a) that the
-experiment scripts share (``benchmarks/experiment_noise.py``).
+experiment scripts share (``experiments/experiment_noise.py``).
 
 The SPIDER-family page, docs/experiments-sosp.md, is no longer written here:
 it is rendered from a ``dpreg sweep`` results table (issue 14, item 5)::
 
-    dpreg sweep benchmarks/sweeps/sosp.toml --out-dir /tmp/dpreg-bench/sosp
-    cp /tmp/dpreg-bench/sosp/results.json benchmarks/results/experiments-sosp.json   # the committed runs
-    python benchmarks/render_pages.py sosp benchmarks/results/experiments-sosp.json > docs/experiments-sosp.md
+    dpreg sweep experiments/sweeps/sosp.toml --out-dir /tmp/dpreg-bench/sosp
+    cp /tmp/dpreg-bench/sosp/results.json experiments/results/experiments-sosp.json   # the committed runs
+    python experiments/render_pages.py sosp experiments/results/experiments-sosp.json > docs/experiments-sosp.md
 
 The .npz copies go to ``$DPREG_BENCH_DIR`` (default ``/tmp/dpreg-bench``),
 outside the repository.

@@ -5,10 +5,10 @@ test split) and scikit-learn's digits (10 classes; a fixed public split,
 ``--test-fraction 0.25`` with split seed 0).  Each configuration runs with
 seeds 0..S-1 and prints train and test accuracy (mean +- sd) beside the test
 set's majority rate.  The defaults were chosen on the training splits only
-(``benchmarks/tune_mlp_defaults.py``, the module docstring of
+(``experiments/tune_mlp_defaults.py``, the module docstring of
 ``dpreg_plugins.losses.mlp``); this script reports them.
 
-    NUMBA_NUM_THREADS=1 nice python benchmarks/networks_accuracy.py [--seeds 5] \
+    NUMBA_NUM_THREADS=1 nice python experiments/networks_accuracy.py [--seeds 5] \
         [--algos dp-sgd,adaptive-spider] [--losses mlp,mlp:hidden=64,mlp:hidden=64,32]
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ seeds 100-102) for N = 1,000 ... 30,000: the measurement behind the
 20,000-record threshold of the practical ``passes`` default (adaptive-spider,
 perturbed-sgd; docs/models-learn.md, "Passes").  Training data only.
 
-    NUMBA_NUM_THREADS=1 python benchmarks/passes_crossover.py adaptive-spider,perturbed-sgd
+    NUMBA_NUM_THREADS=1 python experiments/passes_crossover.py adaptive-spider,perturbed-sgd
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Experiment pages as pure functions of a ``dpreg sweep`` results table.
 
-    dpreg sweep benchmarks/sweeps/sosp.toml --out-dir D
-    python benchmarks/render_pages.py sosp D/results.json > docs/experiments-sosp.md
+    dpreg sweep experiments/sweeps/sosp.toml --out-dir D
+    python experiments/render_pages.py sosp D/results.json > docs/experiments-sosp.md
 
-    dpreg sweep benchmarks/sweeps/warm-start.toml --out-dir W
-    python benchmarks/render_pages.py warm-start W/results.json > docs/experiment-warm-start.md
+    dpreg sweep experiments/sweeps/warm-start.toml --out-dir W
+    python experiments/render_pages.py warm-start W/results.json > docs/experiment-warm-start.md
 
 Each page is computed from the table alone (no data is read, nothing is run,
 no clock or host is printed): the same table renders the same page.  Every
@@ -157,8 +157,8 @@ def render_sosp(rows: list[dict], source: str = "RESULTS") -> str:
     n_seeds = sorted({len(g) for g in ordered_groups(ok, lambda r: (r["data"], r["loss"], label(r),
                                                                      r["epsilon"])).values()})
     L = ["# SPIDER-family experiment on real data (issues 3, 11 and 14)", "",
-         f"Rendered by `python benchmarks/render_pages.py sosp {source}` from the results table of "
-         "`dpreg sweep benchmarks/sweeps/sosp.toml` (do not edit by hand).  Every number is a mean (± sd) over "
+         f"Rendered by `python experiments/render_pages.py sosp {source}` from the results table of "
+         "`dpreg sweep experiments/sweeps/sosp.toml` (do not edit by hand).  Every number is a mean (± sd) over "
          "the table's finished seeds of one cell; every comparative sentence is generated from the numbers in "
          "the tables below.", "",
          f"**Grid** (read off the table): data {', '.join(sorted({r['data'] for r in ok}))}; losses "
@@ -196,10 +196,10 @@ def render_sosp(rows: list[dict], source: str = "RESULTS") -> str:
             L += ["### other", ""] + sosp_table(other, "resample", prow) + [""]
     L += _errors_section(rows)
     L += ["## Reproduce", "",
-          "    NUMBA_NUM_THREADS=1 dpreg sweep benchmarks/sweeps/sosp.toml --workers 2 --out-dir /tmp/dpreg-bench/sosp",
-          "    cp /tmp/dpreg-bench/sosp/results.json benchmarks/results/experiments-sosp.json",
-          "    python benchmarks/render_pages.py sosp benchmarks/results/experiments-sosp.json > docs/experiments-sosp.md",
-          "", "The committed runs are benchmarks/results/experiments-sosp.json.",
+          "    NUMBA_NUM_THREADS=1 dpreg sweep experiments/sweeps/sosp.toml --workers 2 --out-dir /tmp/dpreg-bench/sosp",
+          "    cp /tmp/dpreg-bench/sosp/results.json experiments/results/experiments-sosp.json",
+          "    python experiments/render_pages.py sosp experiments/results/experiments-sosp.json > docs/experiments-sosp.md",
+          "", "The committed runs are experiments/results/experiments-sosp.json.",
           "", f"Algorithm time over all {len(ok)} finished runs: {sum(_vals(ok, 'run_s')):.0f} s.", ""]
     L += [SADDLE_POINTER, ""]
     return "\n".join(L)
@@ -396,8 +396,8 @@ def render_warm_start(rows: list[dict], source: str = "RESULTS") -> str:
     eps = sorted({float(r["epsilon"]) for r in ok})
     first = ok[0]
     L = ["# Warm-start experiment (section 9 of the warm-start paper)", "",
-         f"Rendered by `python benchmarks/render_pages.py warm-start {source}` from the results table of "
-         "`dpreg sweep benchmarks/sweeps/warm-start.toml` (do not edit by hand).  Every comparative sentence is "
+         f"Rendered by `python experiments/render_pages.py warm-start {source}` from the results table of "
+         "`dpreg sweep experiments/sweeps/warm-start.toml` (do not edit by hand).  Every comparative sentence is "
          "generated from the numbers in the table.", "",
          f"**Setup** (read off the table and the config): loss and data `{first['loss']}`, f(w, x) = 1/2(|w|^2 + "
          f"sin|w|^2) + x^T w, x uniform in the unit ball, data set `{first['data']}` (n = {first['n']}, "
@@ -410,7 +410,7 @@ def render_warm_start(rows: list[dict], source: str = "RESULTS") -> str:
          "Where this differs from the paper's code: one data draw (the pipeline's split seed 0) for every "
          "seed, so the seeds vary the noise only; every run starts at the pipeline's initial point, the origin "
          "w = 0 (the paper's code draws fresh data and a random start in the ball of radius 2 per trial); App. "
-         "G's parameters only (the tuned set of `benchmarks/experiment_warm_start.py` needs a tuning loop, "
+         "G's parameters only (the tuned set of `experiments/experiment_warm_start.py` needs a tuning loop, "
          "not a grid).", "",
          "Numbers: ‖∇F̂‖ of the train (test) empirical loss at the output, mean ± standard error over the "
          "seeds; steps = the run's iterations (T1 + T2 for the warm start); time = the algorithm's run in "
@@ -457,11 +457,11 @@ def render_warm_start(rows: list[dict], source: str = "RESULTS") -> str:
     L += _errors_section(rows)
     out_dir = "/tmp/dpreg-bench/warm-start"
     L += ["## Reproduce", "",
-          f"    NUMBA_NUM_THREADS=1 dpreg sweep benchmarks/sweeps/warm-start.toml --workers 2 --out-dir {out_dir}",
-          f"    cp {out_dir}/results.json benchmarks/results/experiment-warm-start-sweep.json",
-          "    python benchmarks/render_pages.py warm-start benchmarks/results/experiment-warm-start-sweep.json "
+          f"    NUMBA_NUM_THREADS=1 dpreg sweep experiments/sweeps/warm-start.toml --workers 2 --out-dir {out_dir}",
+          f"    cp {out_dir}/results.json experiments/results/experiment-warm-start-sweep.json",
+          "    python experiments/render_pages.py warm-start experiments/results/experiment-warm-start-sweep.json "
           "> docs/experiment-warm-start.md",
-          "", "The committed runs are benchmarks/results/experiment-warm-start-sweep.json.",
+          "", "The committed runs are experiments/results/experiment-warm-start-sweep.json.",
           "", f"Algorithm time over all {len(ok)} finished runs: {sum(_vals(ok, 'run_s')):.0f} s.", ""]
     return "\n".join(L)
 
@@ -494,7 +494,7 @@ def render(page: str, table: str) -> str:
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
-        print(f"usage: python benchmarks/render_pages.py {{{'|'.join(PAGES)}}} RESULTS.json > PAGE.md", file=sys.stderr)
+        print(f"usage: python experiments/render_pages.py {{{'|'.join(PAGES)}}} RESULTS.json > PAGE.md", file=sys.stderr)
         return 2
     try:
         text = render(*argv)

@@ -20,7 +20,7 @@ Both grids report the mean gap over seeds for every cell and the best cell.  The
 best private cell is tuned on the evaluation data itself (no private method can
 choose it so): it is an optimistic bound for one-pass DP-SGD, not a method.
 
-    NUMBA_NUM_THREADS=1 python benchmarks/single_pass_reference.py [--seeds 3]
+    NUMBA_NUM_THREADS=1 python experiments/single_pass_reference.py [--seeds 3]
 """
 from __future__ import annotations
 

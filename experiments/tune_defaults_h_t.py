@@ -6,9 +6,9 @@
 * dp-gd's T (``steps``): adult, logistic-nonconvex-reg, eps = 1, seeds 0-1,
   training-loss gap to the non-private optimum.
 
-    NUMBA_NUM_THREADS=1 nice python benchmarks/tune_defaults_h_t.py adaptive-spider \
+    NUMBA_NUM_THREADS=1 nice python experiments/tune_defaults_h_t.py adaptive-spider \
         '{}' '{"max_phase": 4}' '{"max_phase": 8}' '{"batch_scale": 2}' ...
-    NUMBA_NUM_THREADS=1 nice python benchmarks/tune_defaults_h_t.py dp-gd '{"steps": 200}' '{"steps": 500}'
+    NUMBA_NUM_THREADS=1 nice python experiments/tune_defaults_h_t.py dp-gd '{"steps": 200}' '{"steps": 500}'
 """
 from __future__ import annotations
 

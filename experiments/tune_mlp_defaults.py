@@ -10,7 +10,7 @@ configuration runs at eps = 2 with tuning seeds 100-104 and the script prints
 the mean, sd and per-seed training accuracy (R^2 for regression).  No test
 data are looked at.
 
-    NUMBA_NUM_THREADS=1 python benchmarks/tune_mlp_defaults.py '{}' '{"adaptive_scale": 0.5}' \\
+    NUMBA_NUM_THREADS=1 python experiments/tune_mlp_defaults.py '{}' '{"adaptive_scale": 0.5}' \\
         '{"loss": "logistic"}' '{"algo": "dp-sgd", "loss": "mlp:hidden=64,32,M=4", "data": "digits"}' \\
         '{"algo": "dp-sgd", "loss": "mlp:hidden=64,32", "data": "synthetic-regression"}'
 """

@@ -2,7 +2,7 @@
 measurements behind the practical defaults of the single-pass algorithms (issue 12).
 
 * perturbed-sgd (and distributed-spider; fifth session, results in
-  benchmarks/results/tune_perturbed_sgd.txt): the step eta = 2/M, the practical
+  experiments/results/tune_perturbed_sgd.txt): the step eta = 2/M, the practical
   alpha = max{alpha_scale * Thm 2 alpha, floor} with alpha_scale = 4, mu = 3,
   drift_steps = 1 and b2 = its noise floor.  The former defaults' rules are the cell
   '{"alpha_scale": 1, "step_over_M": 1, "mu": 2, "drift_steps": 2}' (their b2 =
@@ -28,9 +28,9 @@ only training-data quantities - never a test split:
   logistic-nonconvex-reg, training gap, seeds 100-102, with dp-sgd's gap on the
   same seeds as the reference.
 
-    NUMBA_NUM_THREADS=1 nice python benchmarks/tune_on_training_data.py perturbed-sgd \\
+    NUMBA_NUM_THREADS=1 nice python experiments/tune_on_training_data.py perturbed-sgd \\
         --data ijcnn1,adult '{}' '{"alpha_scale": 1}' '{"step_over_M": 1}' '{"mu": 2}' ...
-    NUMBA_NUM_THREADS=1 python benchmarks/tune_on_training_data.py adaptive-spider \\
+    NUMBA_NUM_THREADS=1 python experiments/tune_on_training_data.py adaptive-spider \\
         --data ijcnn1,adult,synthetic '{}' '{"max_phase": 16, "diff_clip_over_M": 0.25}' ...
 
 A grid cell is a JSON object of ``--param`` values; the extra key ``noise`` names the

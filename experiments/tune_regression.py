@@ -4,7 +4,7 @@ R^2 for the clip at the worst-case G and below, on diabetes' training split
 (the pipeline's ``--test-fraction 0.2`` split; the test rows are not looked
 at) and on the synthetic planted linear model, seeds 0-2.
 
-    python benchmarks/tune_regression.py [--eps 1] [--loss squared]
+    python experiments/tune_regression.py [--eps 1] [--loss squared]
 """
 from __future__ import annotations
 

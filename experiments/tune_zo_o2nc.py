@@ -3,7 +3,7 @@
 seed and prints the training accuracy and loss (the selection criteria; the
 test accuracy is printed last, for reporting only, never for choosing).
 
-    NUMBA_NUM_THREADS=1 nice python benchmarks/tune_zo_o2nc.py 0,1 '{"smoothing": 8, "batch2": 128, "blocks": 4}' [EPS]
+    NUMBA_NUM_THREADS=1 nice python experiments/tune_zo_o2nc.py 0,1 '{"smoothing": 8, "batch2": 128, "blocks": 4}' [EPS]
 """
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ models at larger eps on real data); eta = 2/M (stable for every M-smooth
 function; 1/M leaves one pass short of steps on ill-conditioned data); kappa
 allows ``drift_steps`` (1) steps of length 3 eta chi; mu = 3; the O2 clip
 factor M' is M/4 (a smaller enforced clip: less O2 noise, more steps).  These
-were chosen on training data (benchmarks/tune_on_training_data.py): they trade
+were chosen on training data (experiments/tune_on_training_data.py): they trade
 accuracy per step for steps, which ill-conditioned data (IJCNN1, adult) need
 and a well-conditioned synthetic set pays for; each parameter's help gives the
 numbers.  The run records how many escape tests ran, their outcomes, and says
@@ -224,8 +224,8 @@ class PerturbedSGD(Algorithm):
                   "leaves x~ when T_esc eta |g| >= S, i.e. |g| >= s alpha/iota^2.5 = alpha/mu^2.5: mu = 2 stops "
                   "(certifies) in any flat valley with |grad| < alpha/5.7, mu = 3 only below alpha/15.6; mu = 1 "
                   "never escapes a still-sloped point (a9a eps=1: stop at step 3, accuracy 0.764). Training data "
-                  "(benchmarks/tune_on_training_data.py, other parameters at their defaults; "
-                  "benchmarks/results/tune_perturbed_sgd.txt): mu = 2 vs 3: IJCNN1 gap ratio to dp-sgd 2.28 vs "
+                  "(experiments/tune_on_training_data.py, other parameters at their defaults; "
+                  "experiments/results/tune_perturbed_sgd.txt): mu = 2 vs 3: IJCNN1 gap ratio to dp-sgd 2.28 vs "
                   "1.99, adult train accuracy 0.8266 vs 0.8309, synthetic gap ratio 7.99 vs 10.21", low=1),
         ParamSpec("step", "float", None, "step size eta",
                   "eq. (4): eta = sqrt(rho alpha)/(M^2 iota^2) <= 1/M; preset=theory: 1/M; practical eta = 2/M, "
@@ -271,8 +271,8 @@ class PerturbedSGD(Algorithm):
                   "adult at eps = 4 made 14 queries and returned the majority class (train accuracy 0.7594), "
                   "IJCNN1's gap at eps = 2 was worse than at eps = 1; Thm 2 keeps its (GUM/n)^(1/3) sampling "
                   "term and eps^(-2/5). Default 4, "
-                  "chosen on training data (benchmarks/tune_on_training_data.py; "
-                  "benchmarks/results/tune_perturbed_sgd.txt): c = 1, 2, 3, 4, 5, 6, 8 -> IJCNN1 gap ratio to "
+                  "chosen on training data (experiments/tune_on_training_data.py; "
+                  "experiments/results/tune_perturbed_sgd.txt): c = 1, 2, 3, 4, 5, 6, 8 -> IJCNN1 gap ratio to "
                   "dp-sgd 4.17, 3.56, 2.43, 1.99, 1.84, 1.90, 2.51; adult train accuracy 0.8309 for c <= 4 (the "
                   "floor binds), 0.8326 (5), 0.8310 (6), 0.8310 (8); synthetic-logistic n=50000 d=50 gap ratio "
                   "5.22 (c <= 2: the floor binds), 7.86 (3), 10.21 (4), 19.95 (5), 26.0 (6), 43.3 (8). The trade-off is conditioning: IJCNN1 (curvatures 1e-4 to "
