@@ -217,7 +217,7 @@ def test_variants_with_own_epsilons_share_a_label(tmp_path):
 
 
 def test_repository_configs_are_the_pages_grids():
-    """experiments/sweeps/*.toml: the SOSP page's issue-11 grid, and App. G of the warm-start script."""
+    """experiments/sweeps/*.toml: the SOSP page's grid, and App. G of the warm-start script."""
     import importlib.util
     from pathlib import Path
 

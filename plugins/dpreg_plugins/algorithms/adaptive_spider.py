@@ -27,7 +27,7 @@ At step t:
 
 A phase also ends (forced O1) when it reaches ``max_phase`` = H adds, a public,
 data-independent cap: the mechanism's horizon is H, so ``tree`` is calibrated
-for bit_length(H) levels instead of bit_length(n) (issue 10, finding 8).
+for bit_length(H) levels instead of bit_length(n).
 
 It stops after T steps or when the last pass's unused records are no more
 than b (or too few for the next b_t).  Privacy: every record is in exactly

@@ -302,7 +302,7 @@ class PerturbedSGD(Algorithm):
                   "gap ratio 10.21 vs 12.39; at the former defaults (a9a train, 5 seeds): P = 1, 2, 3 -> 0.822, "
                   "0.827, 0.818", low=1),
         ParamSpec("max_phase", "int", 16, "H: adds per running sum before a forced O1 refresh (the noise horizon)",
-                  "not in Alg 2 (phases end by drift only); a public, data-independent cap (issue 10, finding 8): "
+                  "not in Alg 2 (phases end by drift only); a public, data-independent cap: "
                   "tree is calibrated for bit_length(H) levels (5 for H = 16); default 16", low=1),
         ParamSpec("passes", "int", None, "passes over the records: each pass a fresh secret permutation cut into "
                   "disjoint batches (starting with an O1 refresh), the noise calibrated for all passes together",
