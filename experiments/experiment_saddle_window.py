@@ -1,4 +1,4 @@
-"""A mixed-curvature strict saddle on real rows (issue 11 item 6, follow-up of
+"""A mixed-curvature strict saddle on real rows (follow-up of
 experiment_saddles_phase.py): does the curvature-aware trust-region method leave
 a saddle that its own no-curvature control and the first-order methods (dp-gd,
 dp-sgd, dp-spider) at the same epsilon sit at?

@@ -1,4 +1,4 @@
-"""Saddle experiment for networks (issues 19 item 3, 11 item 6): five DP
+"""Saddle experiment for networks: five DP
 algorithms started exactly at the symmetric saddle of a one-hidden-layer network.
 
 Data (``--data``): ``adult`` (a9a from ../shared/data, 32,561 / 16,281 rows, 123

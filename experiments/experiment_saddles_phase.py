@@ -1,4 +1,4 @@
-"""Phase retrieval on real feature rows (issue 11 item 6): do the SOSP finders
+"""Phase retrieval on real feature rows: do the SOSP finders
 return something other than the strict saddle w = 0 that a first-order output
 rule accepts?
 

@@ -40,7 +40,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 EPSILONS = (1.0, 2.0, 4.0, 8.0)
-#: (data, loss) -> epsilons (non-private always added): the issue's grid
+#: (data, loss) -> epsilons (non-private always added): the full grid
 GRID = {("ijcnn1", "ramp"): EPSILONS, ("ijcnn1", "sigmoid-l2"): EPSILONS,
         ("adult", "ramp"): EPSILONS, ("adult", "sigmoid-l2"): EPSILONS}
 PROXY_POINTS = 16

@@ -1,8 +1,8 @@
 """The svmlight -> .npz cache of the real data sets (IJCNN1, a9a) that the
 experiment scripts share (``experiments/experiment_noise.py``).
 
-The SPIDER-family page, docs/experiments-sosp.md, is no longer written here:
-it is rendered from a ``dpreg sweep`` results table (issue 14, item 5)::
+The SPIDER-family page, docs/experiments-sosp.md, is rendered from a
+``dpreg sweep`` results table::
 
     dpreg sweep experiments/sweeps/sosp.toml --out-dir /tmp/dpreg-bench/sosp
     cp /tmp/dpreg-bench/sosp/results.json experiments/results/experiments-sosp.json   # the committed runs

@@ -156,7 +156,7 @@ def render_sosp(rows: list[dict], source: str = "RESULTS") -> str:
     eps = sorted({float(r["epsilon"]) for r in ok})
     n_seeds = sorted({len(g) for g in ordered_groups(ok, lambda r: (r["data"], r["loss"], label(r),
                                                                      r["epsilon"])).values()})
-    L = ["# SPIDER-family experiment on real data (issues 3, 11 and 14)", "",
+    L = ["# SPIDER-family experiment on real data", "",
          f"Rendered by `python experiments/render_pages.py sosp {source}` from the results table of "
          "`dpreg sweep experiments/sweeps/sosp.toml` (do not edit by hand).  Every number is a mean (± sd) over "
          "the table's finished seeds of one cell; every comparative sentence is generated from the numbers in "

@@ -1,4 +1,4 @@
-"""What one pass over IJCNN1 can reach: the reference behind issue 12's IJCNN1 target
+"""What one pass over IJCNN1 can reach: the reference behind the IJCNN1 target
 for the single-pass algorithms (docs/models-learn.md).
 
 The target asks every algorithm's optimality gap F^(w) - F^* on IJCNN1

@@ -1,4 +1,4 @@
-"""The training-split measurements behind two practical defaults (third session):
+"""The training-split measurements behind two practical defaults:
 
 * adaptive-spider's phase cap H (``max_phase``): adult, logistic, tree, eps = 1,
   tuning seeds 100-105 (disjoint from the reported seeds 0-4), *training*

@@ -1,18 +1,17 @@
 """Grids of ``--param`` cells for one algorithm, measured on training data only: the
-measurements behind the practical defaults of the single-pass algorithms (issue 12).
+measurements behind the practical defaults of the single-pass algorithms.
 
-* perturbed-sgd (and distributed-spider; fifth session, results in
+* perturbed-sgd (and distributed-spider; results in
   experiments/results/tune_perturbed_sgd.txt): the step eta = 2/M, the practical
   alpha = max{alpha_scale * Thm 2 alpha, floor} with alpha_scale = 4, mu = 3,
-  drift_steps = 1 and b2 = its noise floor.  The former defaults' rules are the cell
+  drift_steps = 1 and b2 = its noise floor.  The paper-scale rules are the cell
   '{"alpha_scale": 1, "step_over_M": 1, "mu": 2, "drift_steps": 2}' (their b2 =
   max{Thm 2 b2, floor} was the floor in every cell measured: see batch2_paper);
-* adaptive-spider (sixth session): alpha_scale 0.7, kappa_scale 2, adaptive_scale 3,
+* adaptive-spider: alpha_scale 0.7, kappa_scale 2, adaptive_scale 3,
   diff_clip M/8 (``dpreg info adaptive-spider``, docs/models-learn.md; the 20-seed adult
   check is ``--data adult --seeds 20``);
-* zo-o2nc and distributed-spider rechecked (sixth session; defaults kept,
-  docs/models-learn.md); zo-o2nc's h = 4, T = 6 (B2 = M/(2 K T)) and 4 passes (twelfth
-  session: docs/models-learn.md, "zo-o2nc's constants (twelfth session)").
+* zo-o2nc and distributed-spider (docs/models-learn.md); zo-o2nc's h = 4, T = 6
+  (B2 = M/(2 K T)) and 4 passes (docs/models-learn.md, "zo-o2nc's constants").
 
 Every cell runs ``dpreg.run`` at eps = 1 (``--epsilon``) with research *tuning* seeds, disjoint from
 the seeds the targets are reported with (0-2 on IJCNN1, 0-4 on adult), and reports
