@@ -3,7 +3,7 @@ SPIDER-type method with 1, 2 and 3 passes (``--param passes=P``) on the public
 synthetic set ``synthetic-logistic:n=N,d=20`` (logistic loss, eps = 1, tuning
 seeds 100-102) for N = 1,000 ... 30,000: the measurement behind the
 20,000-record threshold of the practical ``passes`` default (adaptive-spider,
-perturbed-sgd; docs/models-learn.md, "Passes").  Training data only.
+perturbed-sgd; docs/models-learn.md, "The defaults, and the public quantities they adapt to").  Training data only.
 
     NUMBA_NUM_THREADS=1 python experiments/passes_crossover.py adaptive-spider,perturbed-sgd
 """

@@ -11,7 +11,7 @@ measurements behind the practical defaults of the single-pass algorithms.
   diff_clip M/8 (``dpreg info adaptive-spider``, docs/models-learn.md; the 20-seed adult
   check is ``--data adult --seeds 20``);
 * zo-o2nc and distributed-spider (docs/models-learn.md); zo-o2nc's h = 4, T = 6
-  (B2 = M/(2 K T)) and 4 passes (docs/models-learn.md, "zo-o2nc's constants").
+  (B2 = M/(2 K T)) and 4 passes (``dpreg info zo-o2nc``).
 
 Every cell runs ``dpreg.run`` at eps = 1 (``--epsilon``) with research *tuning* seeds, disjoint from
 the seeds the targets are reported with (0-2 on IJCNN1, 0-4 on adult), and reports

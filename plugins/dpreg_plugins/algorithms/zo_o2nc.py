@@ -101,7 +101,7 @@ PAPER = "zhang-tran-cutkosky-2024-private-zeroth-order.txt"
 
 #: practical defaults (``preset=practical``), chosen on training data only: adult's
 #: training split, IJCNN1's training file and a public synthetic set
-#: (docs/models-learn.md, "zo-o2nc's constants")
+#: (``dpreg info zo-o2nc``)
 PRACTICAL_H = 4.0
 PRACTICAL_CLIP = 1.0
 PRACTICAL_BLOCKS = 4
