@@ -13,6 +13,7 @@ alone and after scikit-learn's ``StandardScaler`` in a ``Pipeline`` (the
 scaler reads its means and deviations off the data: not private).
 
     python experiments/defaults_tasks.py [--seeds 5] [--out table.md]
+    python experiments/defaults_tasks.py --tiny      # smoke run: wine, one seed, eps = 1
 """
 from __future__ import annotations
 
@@ -63,11 +64,15 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--tiny", action="store_true", help="smoke run: wine only, one seed, eps = 1")
     a = ap.parse_args(argv)
+    data, eps = (("wine",), EPS[:1]) if a.tiny else (DATA, EPS)
+    if a.tiny:
+        a.seeds = 1
     warnings.filterwarnings("ignore")
-    lines = ["| data | metric | how | " + " | ".join(f"eps = {e:g}" for e in EPS) + " | reference (majority / "
-             "mean) | non-private |", "|---|---|---|" + "---|" * len(EPS) + "---|---|"]
-    for name in DATA:
+    lines = ["| data | metric | how | " + " | ".join(f"eps = {e:g}" for e in eps) + " | reference (majority / "
+             "mean) | non-private |", "|---|---|---|" + "---|" * len(eps) + "---|---|"]
+    for name in data:
         metric = "test R^2" if name == "diabetes" else "test accuracy"
         est = "DPRegressor()" if name == "diabetes" else "DPClassifier()"
         for how, f in (("dpreg run --algo dp-sgd", lambda e, s: run_cli(name, e, s, "dp-sgd")),
@@ -75,7 +80,7 @@ def main(argv=None):
                        (f"{est}, raw arrays", lambda e, s: run_estimator(name, e, s)),
                        (f"StandardScaler + {est}", lambda e, s: run_estimator(name, e, s, scaler=True))):
             cells, ref, nonpriv = [], None, None
-            for e in EPS:
+            for e in eps:
                 vals = []
                 for s in range(a.seeds):
                     v, r, npv = f(e, s)

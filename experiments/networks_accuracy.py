@@ -10,6 +10,7 @@ set's majority rate.  The defaults were chosen on the training splits only
 
     NUMBA_NUM_THREADS=1 nice python experiments/networks_accuracy.py [--seeds 5] \
         [--algos dp-sgd,adaptive-spider] [--losses mlp,mlp:hidden=64,mlp:hidden=64,32]
+    python experiments/networks_accuracy.py --tiny      # smoke run
 """
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ def main(argv=None):
     ap.add_argument("--losses", default="mlp,mlp:hidden=64,mlp:hidden=64,32")
     ap.add_argument("--data", default="adult,digits")
     ap.add_argument("--epsilon", type=float, default=2.0)
+    ap.add_argument("--tiny", action="store_true", help="smoke run: digits, dp-sgd, mlp, one seed")
     a = ap.parse_args(argv)
+    if a.tiny:
+        a.seeds, a.algos, a.losses, a.data = 1, "dp-sgd", "mlp", "digits"
     losses = []  # "mlp:hidden=64,32" holds a comma: split on ",mlp" boundaries
     for part in a.losses.split(","):
         if part.startswith("mlp") or part in ("logistic", "softmax") or not losses:

@@ -6,6 +6,7 @@ seeds 100-102) for N = 1,000 ... 30,000: the measurement behind the
 perturbed-sgd; docs/models-learn.md, "The defaults, and the public quantities they adapt to").  Training data only.
 
     NUMBA_NUM_THREADS=1 python experiments/passes_crossover.py adaptive-spider,perturbed-sgd
+    python experiments/passes_crossover.py --tiny      # smoke run
 """
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ import numpy as np
 import dpreg
 
 
-def main(algos):
+def main(algos, sizes=(1000, 3000, 10000, 30000), seeds=range(100, 103)):
     for algo in algos:
-        for n in (1000, 3000, 10000, 30000):
+        for n in sizes:
             row = []
             for p in (1, 2, 3):
                 gaps, iters = [], []
-                for s in range(100, 103):
+                for s in seeds:
                     r = dpreg.run(algo=algo, data=f"synthetic-logistic:n={n},d=20", loss="logistic", epsilon=1.0,
                                   seed=s, warn=False, params={"passes": p})
                     b = r["diagnostics"]["baselines"]
@@ -33,4 +34,7 @@ def main(algos):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1].split(",") if len(sys.argv) > 1 else ["adaptive-spider", "perturbed-sgd"])
+    if sys.argv[1:] == ["--tiny"]:  # smoke run: one algorithm, 1,000 records, one seed
+        main(["adaptive-spider"], sizes=(1000,), seeds=(100,))
+    else:
+        main(sys.argv[1].split(",") if len(sys.argv) > 1 else ["adaptive-spider", "perturbed-sgd"])

@@ -73,11 +73,12 @@ def one_pass(X, y, b, eta, seed, *, clip=None, z=0.0):
     return w
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--eps", type=float, default=1.0)
-    a = ap.parse_args()
+    ap.add_argument("--tiny", action="store_true", help="smoke run: the first 2,000 rows, one seed, a 2 x 2 grid")
+    a = ap.parse_args(argv)
     from dpreg.pipeline import get_loss, load_prepared, nonprivate_optimum
     from dpreg.problem import make_problem
     from dpreg.registry import get_registry
@@ -85,6 +86,8 @@ def main():
     X, y, _, _ = load_prepared(str(SHARED / "ijcnn1.trn.bz2"), d=22)
     X = X.toarray() if sp.issparse(X) else np.asarray(X, dtype=float)
     X = np.hstack([X, np.full((X.shape[0], 1), INTERCEPT_SCALING)])
+    if a.tiny:
+        X, y, a.seeds = X[:2000], y[:2000], 1
     n, d = X.shape
     # the objective, its optimum and curvature come from dpreg's own problem (as the pipeline builds it);
     # only the one-pass loops below are this script's
@@ -99,6 +102,9 @@ def main():
           f"Hessian eigenvalues at the optimum in [{curv[0]:.2e}, {curv[-1]:.2e}] (declared M = {pb.constants()[1]:.3f}); "
           f"eps = {a.eps}, delta = 1/n, one-Gaussian PLD z = {z:.3f}; mean gap over seeds 0-{a.seeds - 1}\n")
     batches, etas = [16, 64, 256, 1024], [1.6, 3.2, 6.4, 12.8, 25.6, 51.2]
+    pbatches, clips = [64, 256, 1024, 4096], [0.1, 0.3, 1.0]
+    if a.tiny:
+        batches, etas, pbatches, clips = [64, 256], [3.2, 12.8], [64, 256], [0.1, 1.0]
     print("noiseless one pass (no clip, no noise):\n")
     print("| batch (steps) | " + " | ".join(f"step {e}" for e in etas) + " |")
     print("|---" * (len(etas) + 1) + "|")
@@ -107,10 +113,9 @@ def main():
         print(f"| {b} ({n // b}) | " + " | ".join(f"{g:.4f}" for g in gaps) + " |", flush=True)
     best = (np.inf, None)
     print("\nprivate one pass (clip C, Gaussian noise z 2C/b per coordinate), best step per cell:\n")
-    clips = [0.1, 0.3, 1.0]
     print("| batch (steps) | " + " | ".join(f"C = {c}" for c in clips) + " |")
     print("|---" * (len(clips) + 1) + "|")
-    for b in [64, 256, 1024, 4096]:
+    for b in pbatches:
         cells = []
         for c in clips:
             per_eta = [(np.mean([F(one_pass(X, y, b, e, s, clip=c, z=z)) - f_star for s in range(a.seeds)]), e)

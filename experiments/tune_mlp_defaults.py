@@ -30,13 +30,16 @@ SPLIT = {"digits": 0.25}
 
 
 def main(argv):
+    seeds = range(100, 105)
+    if argv[:1] == ["--tiny"]:  # smoke run: one seed of dp-sgd on digits
+        argv, seeds = ['{"algo": "dp-sgd", "loss": "mlp:hidden=8", "data": "digits"}'], (100,)
     for arg in argv or ["{}"]:
         params = json.loads(arg)
         algo = params.pop("algo", "adaptive-spider")
         loss = params.pop("loss", "mlp:hidden=32")
         data = params.pop("data", str(TRAIN))
         scores = []
-        for s in range(100, 105):
+        for s in seeds:
             m = dpreg.run(algo=algo, loss=loss, data=data, epsilon=2.0, seed=s, warn=False, params=params,
                           test_fraction=SPLIT.get(data))["diagnostics"]["metrics"]
             scores.append(m["train_accuracy"] if m.get("train_accuracy") is not None else m["train_r2"])

@@ -95,7 +95,7 @@ def fmt(info):
     return " ".join(out)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("algo")
     ap.add_argument("grid", nargs="*", default=["{}"])
@@ -104,7 +104,11 @@ def main():
     ap.add_argument("--epsilon", type=float, default=1.0, help="privacy budget of every run (default 1)")
     ap.add_argument("--seeds", type=int, default=None,
                     help="tuning seeds 100 .. 100+N-1 on every data set (default: 6 IJCNN1, 5 adult, 3 synthetic)")
-    a = ap.parse_intermixed_args()
+    ap.add_argument("--tiny", action="store_true", help="smoke run: 2,000 synthetic records, one seed")
+    a = ap.parse_intermixed_args(argv)
+    if a.tiny:
+        DATA["tiny"] = dict(DATA["synthetic"], kw=dict(DATA["synthetic"]["kw"], data="synthetic-logistic:n=2000,d=5"))
+        a.data, a.seeds = "tiny", 1
     global EPS
     EPS = a.epsilon
     warnings.filterwarnings("ignore")

@@ -17,15 +17,19 @@ import numpy as np
 import dpreg
 
 
-def main():
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     warnings.filterwarnings("ignore")
-    seeds = [int(x) for x in sys.argv[1].split(",")]
-    params = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
-    eps = float(sys.argv[3]) if len(sys.argv) > 3 else 1.0
+    data = {}
+    if argv[:1] == ["--tiny"]:  # smoke run: one seed on 2,000 synthetic records
+        argv, data = ["0"], {"data": "synthetic-logistic:n=2000,d=5", "test_fraction": 0.2}
+    seeds = [int(x) for x in argv[0].split(",")]
+    params = json.loads(argv[1]) if len(argv) > 1 else {}
+    eps = float(argv[2]) if len(argv) > 2 else 1.0
     tr, te, ls = [], [], []
     for s in seeds:
         t = time.time()
-        r = dpreg.run(algo="zo-o2nc", epsilon=eps, seed=s, params=params)
+        r = dpreg.run(algo="zo-o2nc", epsilon=eps, seed=s, params=params, **data)
         m, ri = r["diagnostics"]["metrics"], r["diagnostics"]["run_info"]
         tr.append(m["train_accuracy"])
         ls.append(m["train_loss"])
