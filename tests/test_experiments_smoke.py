@@ -42,3 +42,41 @@ def test_large_d_timing_runs_tiny(capsys):
     for call_s, run_s, eval_s, acc in res.values():
         assert 0 < run_s <= call_s and eval_s >= 0 and 0.0 <= acc <= 1.0
     assert "| dp-trust-region |" in capsys.readouterr().out
+
+
+# Every other script of experiments/ at its --tiny size, as CI runs it: run as
+# a user would (``python experiments/<script> ARGS``, in a fresh directory), it
+# must exit 0 and print its table.  (script, arguments, text its output holds)
+SCRIPTS = [
+    ("defaults_tasks.py", ["--tiny"], "| wine |"),
+    ("experiment_scaling.py", ["--tiny"], "| breast-cancer | dp-sgd |"),
+    ("networks_accuracy.py", ["--tiny"], "| digits | dp-sgd |"),
+    ("passes_crossover.py", ["--tiny"], "adaptive-spider n=1000"),
+    ("single_pass_reference.py", ["--tiny"], "best private cell"),
+    ("tune_defaults_h_t.py", ["--tiny"], "training-loss gap"),
+    ("tune_mlp_defaults.py", ["--tiny"], "dp-sgd mlp:hidden=8 digits"),
+    ("tune_regression.py", ["--tiny"], "diabetes"),
+    ("tune_zo_o2nc.py", ["--tiny"], "train accuracy"),
+    ("tune_on_training_data.py", ["perturbed-sgd", "{}", "--tiny"], "perturbed-sgd tiny"),
+]
+
+
+def _run_script(script, args, tmp_path, timeout=900):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", DPREG_BENCH_DIR=str(tmp_path / "bench"))
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / script), *args], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script,args,expect", SCRIPTS, ids=[s for s, _, _ in SCRIPTS])
+def test_script_runs_tiny(tmp_path, script, args, expect):
+    needs_shared = script in ("single_pass_reference.py",)
+    if needs_shared and not (ROOT.parent / "shared" / "data" / "ijcnn1.trn.bz2").exists():
+        pytest.skip("IJCNN1 not present beside the checkout")
+    p = _run_script(script, args, tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert expect in p.stdout, p.stdout[-3000:]
