@@ -1,5 +1,8 @@
-"""The scripts of experiments/ run (CI smoke-runs each at a tiny size): the
-standing table of docs/models-learn.md, every algorithm on 200-record subsets."""
+"""The scripts of experiments/ run, so none rots: each script that can runs at
+its ``--tiny`` size (the standing table of docs/models-learn.md on 200-record
+subsets, the large-d timing, the smaller experiments and every tuning script);
+the large experiments' page and table writers render the committed results.
+CI runs this file with the rest of the suite."""
 from __future__ import annotations
 
 import importlib.util
@@ -80,3 +83,31 @@ def test_script_runs_tiny(tmp_path, script, args, expect):
     p = _run_script(script, args, tmp_path)
     assert p.returncode == 0, p.stderr[-3000:]
     assert expect in p.stdout, p.stdout[-3000:]
+
+
+# The large experiments' page and table writers, run on the committed results
+# (no algorithm runs): their rendering cannot rot apart from the records.
+RES = "experiments/results/"
+RENDERS = [
+    ("experiment_fidelity.py", ["report", RES + "experiment-fidelity.jsonl"], "| adaptive-spider + tree |", None),
+    ("experiment_saddle_window.py", ["--tables", RES + "saddle_window_ijcnn1_clip0.1.json"], "|", None),
+    ("experiment_saddles_mlp.py", ["--tables", RES + "saddles_mlp_digits.json"], "|", None),
+    ("experiment_saddles_phase.py", ["--tables", RES + "saddles_phase_ijcnn1_clip0.1.json"], "|", None),
+    ("experiment_trust_region.py", ["--merge", RES + "trust_region_ijcnn.json", "--out", "{tmp}/tr.md"],
+     "wrote", "tr.md"),
+    ("experiment_warm_start.py", ["--from-json", RES + "experiment-warm-start.json", "--out", "{tmp}/ws.md"],
+     "", "ws.md"),
+    ("experiment_zeroth_order.py", ["--table", "docs/experiment-zeroth-order.json"], "|", None),
+    ("render_pages.py", ["sosp", RES + "experiments-sosp.json"], "# SPIDER-family experiment", None),
+    ("experiments_sosp.py", [], "", None),
+]
+
+
+@pytest.mark.parametrize("script,args,expect,page", RENDERS, ids=[s for s, _, _, _ in RENDERS])
+def test_page_writers_render_the_committed_results(tmp_path, script, args, expect, page):
+    args = [str(ROOT / a) if a.startswith((RES, "docs/")) else a.replace("{tmp}", str(tmp_path)) for a in args]
+    p = _run_script(script, args, tmp_path, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert expect in p.stdout, p.stdout[-3000:]
+    if page:
+        assert (tmp_path / page).read_text().startswith("#")
