@@ -219,8 +219,8 @@ class DistributedSpider(PerturbedSGD):
     ) + (
         ParamSpec("clients", "int", 2, "number of clients m",
                   "Alg 3: m clients, each holding a shard D_j; default 2: client-side noise costs sqrt(m) "
-                  "(a9a train accuracy at eps=1: 0.821 at m=2, 5 seeds; 0.812 at m=4, 3 seeds, at the former "
-                  "defaults; at the current ones, experiments/tune_on_training_data.py: m = 1, 2, 4 -> adult train "
+                  "(a9a train accuracy at eps=1: 0.821 at m=2, 5 seeds; 0.812 at m=4, 3 seeds, at the "
+                  "paper-scale perturbed-sgd rules; at the defaults, experiments/tune_on_training_data.py: m = 1, 2, 4 -> adult train "
                   "accuracy 0.8309, 0.8283, 0.8179, IJCNN1 gap ratio to dp-sgd 1.99, 2.64, 3.33, all with one pass; with "
                   "the passes default, IJCNN1 at m = 2 makes 3 passes of 24,995 records per client: 1.68 on "
                   "tuning seeds, see passes)", low=1),

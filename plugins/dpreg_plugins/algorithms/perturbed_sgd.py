@@ -253,7 +253,7 @@ class PerturbedSGD(Algorithm):
                   "Thm 2: b2 = n eta chi^2/(2U) (preset=theory); practical b2 = its noise floor "
                   "2 f z M' sqrt(d kappa)/chi: the O2 noise summed over a phase (drift <= kappa) has norm <= "
                   "chi/2. Thm 2's b2 only fits its worst-case T = U/(eta chi^2) queries into half the data; the "
-                  "run ends when its data does, so a b2 above the floor only buys fewer steps (the former rule, "
+                  "run ends when its data does, so a b2 above the floor only buys fewer steps (the rule "
                   "max{Thm 2, floor}, at the other defaults: IJCNN1 gap ratio 2.26 vs 1.99, synthetic 11.60 vs "
                   "10.21, adult train accuracy 0.8310 vs 0.8309)", low=1),
         ParamSpec("preset", "str", "practical", "practical constants or the literal formulas of Thm 2",
@@ -267,7 +267,7 @@ class PerturbedSGD(Algorithm):
                   "Thm 2: alpha = O~((GUM/n)^(1/3) + (sqrt(d)/(n eps))^(2/5)), constant and logs dropped; c is "
                   "that constant: practical alpha = max{c alpha_Thm2, 16 f z C sqrt(d) K1/n}. alpha sets the "
                   "noise every batch must beat (b1, b2 ~ 1/alpha), so it trades steps against noise: the floor "
-                  "alone (the former rule) tracks the noise, 1/eps, so more budget bought finer, fewer steps - "
+                  "alone tracks the noise, 1/eps, so more budget bought finer, fewer steps - "
                   "adult at eps = 4 made 14 queries and returned the majority class (train accuracy 0.7594), "
                   "IJCNN1's gap at eps = 2 was worse than at eps = 1; Thm 2 keeps its (GUM/n)^(1/3) sampling "
                   "term and eps^(-2/5). Default 4, "
@@ -277,7 +277,7 @@ class PerturbedSGD(Algorithm):
                   "floor binds), 0.8326 (5), 0.8310 (6), 0.8310 (8); synthetic-logistic n=50000 d=50 gap ratio "
                   "5.22 (c <= 2: the floor binds), 7.86 (3), 10.21 (4), 19.95 (5), 26.0 (6), 43.3 (8). The trade-off is conditioning: IJCNN1 (curvatures 1e-4 to "
                   "2e-2) needs many steps, the isotropic synthetic set accurate ones; no public quantity tells "
-                  "them apart: over eps = 0.5, 1, 2, 4 the defaults vs the former rules give IJCNN1 2.80/4.47, "
+                  "them apart: over eps = 0.5, 1, 2, 4 the defaults vs the paper-scale rules give IJCNN1 2.80/4.47, "
                   "1.99/5.41, 1.26/5.49, 0.63/3.83 x dp-sgd's gap, adult train accuracy 0.8193/0.8085, "
                   "0.8309/0.8242, 0.8366/0.8206, 0.8396/0.7594, synthetic 9.58/6.10, 10.21/4.19, 13.74/2.53, "
                   "20.39/1.36. c = 5 fails tests/test_perturbed_sgd.py::test_gradient_norm_falls", low=0,
@@ -288,7 +288,7 @@ class PerturbedSGD(Algorithm):
                   "otherwise alpha_scale decides; default 4 from 20,000 records per oracle on (a9a train "
                   "||grad||, seed 0, grid with drift_steps; docs/experiment-fidelity.md; rechecked with the M/4 "
                   "O2 clip, a9a train accuracy, 5 seeds: K1 = 3, 4, 6 -> 0.806, 0.827, 0.823; K1 = 8: 0.810, 3 "
-                  "seeds; all at the former eta = 1/M, mu = 2, P = 2), 1 below, where the run makes many passes "
+                  "seeds; all at eta = 1/M, mu = 2, P = 2), 1 below, where the run makes many passes "
                   "(schedule.practical_passes): a refresh's noise is fixed, so one large O1 batch per pass carries "
                   "the most signal. Validation splits (experiments/targets_models_learn.py --validation, 4 "
                   "seeds, 16 passes): K1 = 4 / 2 / 1 -> eps = 4 accuracy 0.728 / 0.805 / 0.840 (breast-cancer), "
@@ -297,9 +297,9 @@ class PerturbedSGD(Algorithm):
         ParamSpec("drift_steps", "int", 1, "P: normal steps at the test threshold a phase allows",
                   "practical kappa = max{Thm 2 kappa, P (3 eta chi)^2}; the O2 floor grows as sqrt(kappa), so P "
                   "trades records per O2 step against O1 refreshes. Default 1 since eta = 2/M (one threshold step "
-                  "of 2/M covers the length of two of 1/M, the former default P = 2). Training data (as for mu): "
+                  "of 2/M covers the length of two of 1/M, P = 2). Training data (as for mu): "
                   "P = 1 vs 2: IJCNN1 gap ratio 1.99 vs 2.16, adult train accuracy 0.8309 vs 0.8302, synthetic "
-                  "gap ratio 10.21 vs 12.39; at the former defaults (a9a train, 5 seeds): P = 1, 2, 3 -> 0.822, "
+                  "gap ratio 10.21 vs 12.39; at the paper-scale rules (a9a train, 5 seeds): P = 1, 2, 3 -> 0.822, "
                   "0.827, 0.818", low=1),
         ParamSpec("max_phase", "int", 16, "H: adds per running sum before a forced O1 refresh (the noise horizon)",
                   "not in Alg 2 (phases end by drift only); a public, data-independent cap: "
@@ -324,7 +324,7 @@ class PerturbedSGD(Algorithm):
                   "(preset=theory); practical default M' = M/4, enforced by clipping (privacy unchanged): "
                   "|grad f(x;z) - grad f(y;z)| <= M|x - y| is tight only for records aligned with x - y, so "
                   "M/4 clips a minority of records (a bias) and quarters the O2 noise, i.e. b2 (more steps "
-                  "per pass). a9a train, 5 seeds, at the former eta = 1/M, mu = 2, P = 2: accuracy 0.800 (M) -> "
+                  "per pass). a9a train, 5 seeds, at eta = 1/M, mu = 2, P = 2: accuracy 0.800 (M) -> "
                   "0.819 (M/3), 0.827 (M/4), 0.807 (M/6)", low=0, low_open=True),
         ParamSpec("radius", "float", None, "project iterates onto the ball of this radius",
                   "the loss's feasible radius if it has one, else no projection", low=0, low_open=True),
