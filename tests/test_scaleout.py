@@ -173,6 +173,7 @@ def test_worker_processes_give_the_in_process_bits(cluster, remote, shards, algo
         assert be["traffic"]["calls"] >= dsk["diagnostics"]["usage"]["iterations"]
         pids = {m["pid"] for m in be["worker_memory"]}
         assert len(pids) == 2 and os.getpid() not in pids  # two processes, neither this one
+        assert be["driver_memory"]["pid"] == os.getpid() and be["driver_memory"]["peak_rss"] > 0
         pids_seen |= pids
     assert len(pids_seen) == 4  # the two clusters' workers are four processes
     assert loc["diagnostics"]["metrics"]["train_accuracy"] > loc["diagnostics"]["baselines"]["train_majority_rate"]
@@ -343,6 +344,7 @@ def test_cli_backend_dask_on_a_directory_of_shards(cluster, shards, tmp_path):
     for r in (rb, rc):
         assert r["diagnostics"]["backend"]["workers"] == 2
     assert rb["diagnostics"]["backend"]["cluster"].startswith("LocalCluster") and "backend   dask" in r2.output
+    assert "memory    peak GiB: driver" in r2.output
 
 
 @pytest.mark.slow  # the module's worker processes (started once, about 10-20 s on 2 busy cores)

@@ -354,7 +354,7 @@ class DaskExecutor:
             raise
 
     def _place(self, opts, threads) -> None:
-        addrs = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        addrs = sorted(self._workers())
         if not addrs:
             raise DpregError("the Dask cluster has no workers")
         self.groups_pos = assign([s.bytes for s in self.sources], len(addrs))
@@ -434,10 +434,17 @@ class DaskExecutor:
         if (st != "finished") if j < len(self.actors) else (st in ("lost", "cancelled")):
             return True
         try:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            workers = self._workers()
         except Exception:  # noqa: BLE001 - no answer now (a busy scheduler): the holder's status decides
             return False
         return self.addresses[j] not in workers
+
+    def _workers(self) -> dict:
+        """The scheduler's workers now (address -> information), asked of the
+        scheduler itself: ``Client.scheduler_info`` returns the client's cached
+        identity, which its periodic refresh overwrites with one that lists no
+        worker - a worker "gone" that never left."""
+        return dict(self.client.sync(self.client.scheduler.identity, n_workers=-1)["workers"])
 
     def _lost_error(self, j: int) -> DpregError:
         return DpregError(f"data-parallel run aborted: the Dask worker {self.addresses[j]} holding shards "
