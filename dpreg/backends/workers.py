@@ -333,8 +333,11 @@ class DaskExecutor:
                 n = int(workers) if workers else max(1, min(len(self.sources), os.cpu_count() or 1))
                 if threads is None:
                     threads = max(1, (os.cpu_count() or 1) // n)
+                # the workers' own warnings stay quiet: their shards are "unmanaged memory" to Dask by design,
+                # and a worker that is lost ends the run with one line of its own
                 self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                            dashboard_address=None, memory_limit=memory_limit or "auto")
+                                            dashboard_address=None, memory_limit=memory_limit or "auto",
+                                            silence_logs=logging.ERROR)
                 self.client = Client(self.cluster, set_as_default=False, timeout=connect_timeout)
             else:
                 probe_scheduler(scheduler, connect_timeout)
