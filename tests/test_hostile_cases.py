@@ -394,3 +394,18 @@ def test_a_worker_that_dies_is_an_error_row_and_the_others_run(tmp_path):
         pool.close(kill=True)
     assert rows[0]["status"] == "error" and "worker process died" in rows[0]["error"], rows[0]
     assert rows[1]["status"] == "ok", rows[1]
+
+
+@pytest.mark.slow
+def test_the_time_line_states_the_wall_time_a_user_sees(tmp_path):
+    """The summary's time line gives the seconds since the process started
+    (start-up and imports included), which the pipeline's own total leaves out."""
+    import re
+
+    r = H.run_case(H.dpreg("run", *H.SMALL, "--out", "none"), tmp_path, timeout=600)
+    assert r["code"] == 0, r["stderr"]
+    line = [ln for ln in r["stdout"].splitlines() if ln.strip().startswith("time ")][0]
+    since = float(re.search(r"([0-9.]+)s since the process started", line).group(1))
+    total = float(re.search(r"total=([0-9.]+)s", line).group(1))
+    assert total <= since <= r["s"] + 0.5, (line, r["s"])
+    assert since >= 0.5 * r["s"], (line, r["s"])  # the wall clock, not the pipeline's share of it
