@@ -307,6 +307,7 @@ def test_sweep_workers_exit_when_the_sweep_is_killed(tmp_path):
 
 @pytest.mark.slow
 def test_a_scheduler_that_accepts_and_never_answers_fails_within_seconds(tmp_path):
+    """A sweep and a run, each in one line, well before a user would give up."""
     import socket
     import threading
 
@@ -326,10 +327,12 @@ def test_a_scheduler_that_accepts_and_never_answers_fails_within_seconds(tmp_pat
 
     t = threading.Thread(target=accept, daemon=True)
     t.start()
+    addr = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
     try:
         (tmp_path / "g.toml").write_text(H.GRID)
-        r = H.run_case(H.dpreg("sweep", "g.toml", "--out-dir", "out", "--scheduler",
-                               f"tcp://127.0.0.1:{srv.getsockname()[1]}"), tmp_path, timeout=300)
+        r = H.run_case(H.dpreg("sweep", "g.toml", "--out-dir", "out", "--scheduler", addr), tmp_path, timeout=300)
+        run = H.run_case(H.dpreg("run", *H.SMALL, "--backend", "dask", "--scheduler", addr, "--out", "r.json"),
+                         tmp_path, timeout=300)
     finally:
         stop.set()
         t.join()
@@ -338,6 +341,8 @@ def test_a_scheduler_that_accepts_and_never_answers_fails_within_seconds(tmp_pat
         srv.close()
     assert r["code"] == 2 and "no answer in 10 s" in _one_error(r["stderr"])
     assert r["s"] < 60 and not (tmp_path / "out").exists()
+    assert run["code"] == 2 and "cannot reach the Dask scheduler" in _one_error(run["stderr"])
+    assert run["s"] < 60 and not (tmp_path / "r.json").exists()
 
 
 def test_an_orphaned_worker_exits(tmp_path):
