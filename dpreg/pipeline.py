@@ -157,6 +157,10 @@ class RunConfig:
     worker_memory: Any = None
     #: seconds to reach the scheduler before giving up
     scheduler_timeout: float = 10.0
+    #: where the algorithm starts: None (its own start) or a parameter vector of the problem, public
+    #: input such as an earlier release's ``model["weights"]`` (the scikit-learn estimators'
+    #: ``warm_start``); only algorithms that honour an initial point accept one
+    init: Any = None
 
 
 def _parse_name_options(spec: str) -> tuple[str, dict]:
@@ -334,7 +338,8 @@ def _validate(cfg: RunConfig, reg):
         from .tasks import parse_target_bounds, predicts_target
 
         parse_target_bounds(cfg.target_bounds)
-        if loss is not None and not predicts_target(loss):  # known before any data is read
+        # known before any data is read, unless the loss takes its task from the data (a network's head)
+        if loss is not None and not predicts_target(loss) and not hasattr(loss, "for_task"):
             raise ParameterError(f"--target-bounds applies to regression losses (squared, huber); "
                                  f"loss {loss.name!r} does not predict its target")
     if cfg.scaling == "private" and not (0 < cfg.scaling_share < 1):
@@ -652,6 +657,11 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed,
                     progress=cfg.progress)
+    if cfg.init is not None:
+        if not algo_cls.honours_init:
+            raise ParameterError(f"algorithm {algo_cls.name!r} does not start from a given point: "
+                                 f"a warm start needs one that does (dp-sgd, dp-gd, adaptive-spider, ...)")
+        algo.init = np.array(cfg.init, dtype=float)
     stage(f"{algo_cls.name}: calibrating noise, running")
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):  # a diverging run is reported below, in one line
