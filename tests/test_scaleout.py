@@ -221,6 +221,26 @@ def test_parquet_and_npz_shards_train_the_same_model(shards):
                                                                                           **kw)))
 
 
+def test_initial_point_is_honoured_on_shards(data, tmp_path):
+    """A given initial point (a warm start) starts a sharded run as it starts
+    the run in one process: one shard, the same model bit for bit, and not
+    the model of a run from the default start."""
+    X, y = data
+    (tmp_path / "one").mkdir()
+    np.savez(tmp_path / "one" / "part.npz", X=X, y=y)
+    np.savez(tmp_path / "all.npz", X=X, y=y)
+    from dpreg.pipeline import RunConfig, run_pipeline
+
+    def run(data, init=None):
+        return run_pipeline(RunConfig(algo="dp-gd", data=str(data), params={"steps": 5}, epsilon=1.0, seed=11,
+                                      scaling="none", init=init, warn=False, diagnostics=False))
+
+    init = np.linspace(-0.5, 0.5, X.shape[1] + 1)
+    warm = run(tmp_path / "one", init)
+    assert np.array_equal(_w(warm), _w(run(tmp_path / "all.npz", init)))
+    assert not np.array_equal(_w(warm), _w(run(tmp_path / "one")))
+
+
 def test_svmlight_shards_need_their_schema_declared(shards):
     with pytest.raises(DataError, match="--features"):
         _run(algo="dp-gd", data=str(shards / "svm"), params={"steps": 5})

@@ -353,6 +353,11 @@ def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, giv
     check_algorithm_fits(algo_cls, params, problem, loss_spec)
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed, progress=cfg.progress)
+    if cfg.init is not None:  # a warm start, as on one machine
+        if not algo_cls.honours_init:
+            raise ParameterError(f"algorithm {algo_cls.name!r} does not start from a given point: "
+                                 f"a warm start needs one that does (dp-sgd, dp-gd, adaptive-spider, ...)")
+        algo.init = np.array(cfg.init, dtype=float)
     stage(f"{algo_cls.name}: calibrating noise, running ({executor.name} backend)")
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):
