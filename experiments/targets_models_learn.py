@@ -1,9 +1,9 @@
 """The standing table of docs/models-learn.md: every registered algorithm at its
-defaults on five data sets at eps = 1 and 4 - test accuracy, its gap to dp-sgd's
+defaults on seven data sets at eps = 1 and 4 - test accuracy, its gap to dp-sgd's
 and to the majority rate.
 
     NUMBA_NUM_THREADS=1 nice python experiments/targets_models_learn.py [--seeds 3] [--algos a,b]
-        [--data breast-cancer,digits,adult,ijcnn1,synthetic] [--epsilons 1,4] [--out table.json]
+        [--data breast-cancer,wine,digits,adult-4601,adult,ijcnn1,synthetic] [--epsilons 1,4] [--out table.json]
     python experiments/targets_models_learn.py --from-json table.json     # the table of a former run
     python experiments/targets_models_learn.py --tiny      # the smoke run CI makes (seconds)
 
@@ -11,10 +11,14 @@ Data sets (each with a fixed public split; research seeds 0, 1, ... for the mech
 
 * ``breast-cancer``: scikit-learn's 569 x 30, a seeded 80/20 split (split seed 0), the
   data set's declared public feature bounds (what ``--scaling auto`` applies);
+* ``wine``: scikit-learn's 178 x 13, binary label class 1 (cultivar 2) against the other
+  two, a seeded 80/20 split, the data set's declared public feature bounds;
 * ``digits``: scikit-learn's bundled digits (1,797 x 64, 8 x 8 pixels in 0..16), binary
   label digit >= 5, a seeded 80/20 split, the public pixel bounds [0, 16];
 * ``adult``: the shipped a9a (32,561 x 123) and its official test split (no feature map:
   ``--scaling auto`` for a source of one-hot indicators);
+* ``adult-4601``: the first 4,601 of those training records (spambase's size), the same
+  test split;
 * ``ijcnn1``: ../shared/data/ijcnn1.trn (49,990 x 22) and ijcnn1.tst (91,701; no
   feature map: ``--scaling auto`` for an svmlight file);
 * ``synthetic``: synthetic-logistic with n = 300, d = 10, noise 0.25 (a planted logistic
@@ -45,7 +49,9 @@ import dpreg
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ALGOS = ("dp-sgd", "dp-gd", "dp-spider", "adaptive-spider", "perturbed-sgd", "warm-start", "dp-trust-region",
          "dp-stochastic-trust-region", "zo-o2nc", "distributed-spider")
-DATASETS = ("breast-cancer", "digits", "adult", "ijcnn1", "synthetic")
+DATASETS = ("breast-cancer", "wine", "digits", "adult-4601", "adult", "ijcnn1", "synthetic")
+#: the adult subset: the first 4,601 training records (a spambase-sized set)
+ADULT_SUBSET = 4601
 #: the synthetic set: n = 300 training records of a planted logistic model
 SYNTHETIC = dict(n=300, d=10, noise=0.25)
 
@@ -75,9 +81,18 @@ def load(name: str, generation: int = 0):
         y = np.where(t >= 5, 1.0, -1.0)
         Xtr, ytr, Xte, yte = _split(X.astype(float), y, 0.2, 0)
         return Xtr, ytr, Xte, yte, dict(scaling="bounds", bounds=([0.0] * 64, [16.0] * 64))
-    if name == "adult":
+    if name == "wine":
+        src = reg.get("dataset", "wine")()
+        X, t = src.load(0)
+        y = np.where(t == 1, 1.0, -1.0)
+        Xtr, ytr, Xte, yte = _split(X, y, 0.2, 0)
+        return Xtr, ytr, Xte, yte, dict(scaling="bounds", bounds=src.bounds)
+    if name in ("adult", "adult-4601"):
         src = reg.get("dataset", "adult")()
-        return (*src.load(0), *src.load_test(0), dict(scaling="none"))
+        Xtr, ytr = src.load(0)
+        if name == "adult-4601":
+            Xtr, ytr = Xtr[:ADULT_SUBSET], ytr[:ADULT_SUBSET]
+        return (Xtr, ytr, *src.load_test(0), dict(scaling="none"))
     if name == "ijcnn1":
         from dpreg.data import Schema, load_file
 
