@@ -4,7 +4,7 @@ and to the majority rate.
 
     NUMBA_NUM_THREADS=1 nice python experiments/targets_models_learn.py [--seeds 3] [--algos a,b]
         [--data breast-cancer,wine,digits,adult-4601,adult,ijcnn1,synthetic] [--epsilons 1,4] [--out table.json]
-    python experiments/targets_models_learn.py --from-json table.json     # the table of a former run
+    python experiments/targets_models_learn.py --from-json table.json [--compact]   # a former run's table
     python experiments/targets_models_learn.py --tiny      # the smoke run CI makes (seconds)
 
 Data sets (each with a fixed public split; research seeds 0, 1, ... for the mechanisms):
@@ -216,6 +216,28 @@ def markdown(res, algos, names, epsilons, seeds) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compact(res, algos, names, epsilons) -> str:
+    """The whole table on one grid: per algorithm and (data set, eps), the mean test accuracy,
+    its gap to dp-sgd and to the majority rate in points."""
+    cols = [(n, e) for n in names for e in epsilons if any(k[1] == n and k[2] == e for k in res)]
+    lines = ["| algorithm | " + " | ".join(f"{n} ε={e:g}" for n, e in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for algo in algos:
+        cells = []
+        for n, e in cols:
+            c, ref = res.get((algo, n, e)), res.get(("dp-sgd", n, e))
+            if c is None:
+                cells.append("")
+                continue
+            a = float(np.mean(c["acc"]))
+            vs = "" if ref is None or algo == "dp-sgd" else f"{100 * (a - np.mean(ref['acc'])):+.1f} / "
+            cells.append(f"{a:.3f} ({vs}{100 * (a - c['majority']):+.1f})")
+        lines.append(f"| {algo} | " + " | ".join(cells) + " |")
+    lines.append("| majority rate | " + " | ".join(
+        f"{next(c for k, c in res.items() if k[1] == n and k[2] == e)['majority']:.3f}" for n, e in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -235,6 +257,8 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="smoke run: 200-row subsets, one seed, eps = 1")
     ap.add_argument("--out", help="also write the raw results as JSON")
     ap.add_argument("--from-json", help="render the table of a former --out file instead of running")
+    ap.add_argument("--compact", action="store_true", help="with --from-json: the whole table on one grid "
+                    "(accuracy, then its gap to dp-sgd / to the majority rate in points)")
     ap.add_argument("--params", default=None, help="algorithm parameters as JSON for every run (default: none; "
                     "the keys 'noise' and 'loss' name the noise plugin and the loss)")
     a = ap.parse_args(argv)
@@ -254,7 +278,7 @@ def main(argv=None):
         names = [x for x in names if any(k[1] == x for k in res)]
         epsilons = [e for e in epsilons if any(k[2] == e for k in res)]
         seeds = list(range(len(next(iter(res.values()))["acc"])))
-        print(markdown(res, algos, names, epsilons, seeds))
+        print(compact(res, algos, names, epsilons) if a.compact else markdown(res, algos, names, epsilons, seeds))
         return res
     mode = "validation" if a.validation else "test"
     made_at = commit()
