@@ -51,9 +51,8 @@ def _algo(registry, name, pb, noise="tree", seed=5, eps=EPS, **params):
 @pytest.mark.parametrize("passes", [1, 2])
 @pytest.mark.parametrize("noise", ["gaussian", "tree"])
 def test_one_client_is_perturbed_sgd_bit_for_bit(registry, pb, noise, passes):
-    # the same step cap for both (distributed-spider's practical default is its own)
-    a, acc_a = _algo(registry, "perturbed-sgd", pb, noise, passes=passes, step_cap=0.5)
-    b, acc_b = _algo(registry, "distributed-spider", pb, noise, clients=1, passes=passes, step_cap=0.5)
+    a, acc_a = _algo(registry, "perturbed-sgd", pb, noise, passes=passes)
+    b, acc_b = _algo(registry, "distributed-spider", pb, noise, clients=1, passes=passes)
     oa, ob = a.run(), b.run()
     assert np.array_equal(oa.w, ob.w)
     assert (oa.iterations, oa.records_used, oa.gradient_evaluations) == \
@@ -65,19 +64,17 @@ def test_one_client_is_perturbed_sgd_bit_for_bit(registry, pb, noise, passes):
     assert ob.info["client_privacy"][0]["epsilon_spent"] == pytest.approx(acc_b.epsilon_spent, rel=1e-12)
 
 
-def test_step_cap_default_is_its_own(registry, pb):
-    """distributed-spider's practical step cap is STEP_CAP G/M (perturbed-sgd's is
-    smaller); given or preset=theory, the parameter decides."""
-    from dpreg_plugins.algorithms import distributed_spider, perturbed_sgd
+def test_step_cap_default(registry, pb):
+    """The practical step cap is STEP_CAP G/M = G/(2M), distributed-spider's as
+    perturbed-sgd's; given or preset=theory, the parameter decides."""
+    from dpreg_plugins.algorithms import perturbed_sgd
 
     G, M, _ = pb.constants()
-    d, _ = _algo(registry, "distributed-spider", pb)
-    p, _ = _algo(registry, "perturbed-sgd", pb)
-    cap_d, cap_p = d.resolve()["step_cap"], p.resolve()["step_cap"]
-    assert cap_d == pytest.approx(distributed_spider.STEP_CAP * G / M)
-    assert cap_p == pytest.approx(perturbed_sgd.STEP_CAP * G / M) and cap_p < cap_d
-    assert _algo(registry, "distributed-spider", pb, step_cap=0.2)[0].resolve()["step_cap"] == 0.2
-    assert _algo(registry, "distributed-spider", pb, preset="theory")[0].resolve()["step_cap"] == 0.0
+    assert perturbed_sgd.STEP_CAP == 0.5
+    for name in ("distributed-spider", "perturbed-sgd"):
+        assert _algo(registry, name, pb)[0].resolve()["step_cap"] == pytest.approx(0.5 * G / M)
+        assert _algo(registry, name, pb, step_cap=0.2)[0].resolve()["step_cap"] == 0.2
+        assert _algo(registry, name, pb, preset="theory")[0].resolve()["step_cap"] == 0.0
 
 
 @pytest.mark.slow  # Dask worker processes (about 5-15 s to start on 2 busy cores)

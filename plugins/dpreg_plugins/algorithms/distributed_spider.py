@@ -192,10 +192,6 @@ def _replace(specs, **new):
     return tuple(new.get(s.name, s) for s in specs)
 
 
-#: distributed-spider's practical step cap, as a multiple of G/M (the ``step_cap`` parameter)
-STEP_CAP = 0.5
-
-
 class DistributedSpider(PerturbedSGD):
     """Alg 1 over the distributed adaptive DP-SPIDER oracle of Alg 3 (m clients, client-side noise)."""
 
@@ -222,10 +218,10 @@ class DistributedSpider(PerturbedSGD):
                          "perturbed-sgd, for the server's average of m noisy messages (noise / sqrt(m))", low=1),
         step_cap=ParamSpec("step_cap", "float", None, "largest step length |x_{t+1} - x_t| (post-processing of the "
                            "release; 0: no cap)",
-                           "not in Alg 1: a safeguard from released quantities only, as perturbed-sgd's. Practical "
-                           f"default {STEP_CAP} G/M (preset=theory: none): with 2 clients a run makes few steps "
-                           "(24 over 12 passes on 4,601 records at eps = 1), and perturbed-sgd's 0.1 G/M kept the "
-                           "model at the majority class. Validation splits (experiments/targets_models_learn.py "
+                           "not in Alg 1: a safeguard from released quantities only, perturbed-sgd's: practical "
+                           "default 0.5 G/M (preset=theory: none). With 2 clients a run makes few steps (24 over 12 "
+                           "passes on 4,601 records at eps = 1), and 0.1 G/M kept the model at the majority class. "
+                           "Validation splits (experiments/targets_models_learn.py "
                            "--validation, 3 seeds at eps = 1, 2 at eps = 4; cap 0.36 (= 0.1 G/M) / 1 / 2): "
                            "adult-4601 0.763 / 0.785 / 0.788 (eps = 1), 0.803 / - / 0.806 (eps = 4); breast-cancer "
                            "0.626 / 0.678 / 0.734, 0.803 / - / 0.912; digits 0.694 / 0.711 / 0.714, 0.824 / - / "
@@ -345,14 +341,6 @@ class DistributedSpider(PerturbedSGD):
                               noise_cls=self.noise, accountant_cls=type(self.accountant), seeds=seeds,
                               config=cfg))
         return specs
-
-    def resolve(self) -> dict:
-        """perturbed-sgd's resolution, with distributed-spider's own practical step cap."""
-        r = super().resolve()
-        if self.p["step_cap"] is None and self.p["preset"] != "theory":
-            G, M, _ = self.problem.constants()
-            r["step_cap"] = STEP_CAP * G / M
-        return r
 
     def run(self) -> RunOutput:
         if self.noise is None:
