@@ -1051,8 +1051,11 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
     solve_s = [0.0]  # the data set's optimum (solved once, then cached) is not the run's to pay for
 
     def share(left: int):
+        """What is left of the budget, over the ``left`` parts still to run; never below the
+        least budget's equal part (a small problem's record does not depend on the load)."""
         spent = time.perf_counter() - t0 - solve_s[0]
-        return None if math.isinf(budget) else max(0.0, budget - spent) / left
+        floor = min(budget, DIAGNOSTICS_MIN_BUDGET_S) / parts
+        return None if math.isinf(budget) else max(floor, (budget - spent) / left)
 
     lim = share(parts)
     ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train",
