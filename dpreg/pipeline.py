@@ -157,6 +157,10 @@ class RunConfig:
     worker_memory: Any = None
     #: seconds to reach the scheduler before giving up
     scheduler_timeout: float = 10.0
+    #: where the algorithm starts: None (its own start) or a parameter vector of the problem, public
+    #: input such as an earlier release's ``model["weights"]`` (the scikit-learn estimators'
+    #: ``warm_start``); only algorithms that honour an initial point accept one
+    init: Any = None
 
 
 def _parse_name_options(spec: str) -> tuple[str, dict]:
@@ -653,6 +657,11 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed,
                     progress=cfg.progress)
+    if cfg.init is not None:
+        if not algo_cls.honours_init:
+            raise ParameterError(f"algorithm {algo_cls.name!r} does not start from a given point: "
+                                 f"a warm start needs one that does (dp-sgd, dp-gd, adaptive-spider, ...)")
+        algo.init = np.array(cfg.init, dtype=float)
     stage(f"{algo_cls.name}: calibrating noise, running")
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):  # a diverging run is reported below, in one line
