@@ -633,7 +633,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     if cfg.diagnostics:
         stage("evaluating (non-private diagnostics)")
     if cfg.diagnostics == "light":  # counts and accounting only: no evaluation on the data
-        info = {k: v for k, v in out.info.items() if k != "trajectory"}
+        info = {k: v for k, v in out.info.items() if k not in ("trajectory", "goldstein")}
         record["diagnostics"] = {
             "non_private": True, "note": DIAGNOSTICS_NOTE, "schema_inferred": inferred or None,
             "privacy": accountant.state(), "run_info": info,
@@ -949,6 +949,12 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
     if loss_w is not None and loss0 is not None and loss_w > loss0 + 1e-9:
         warnings.append(f"the released model's training loss {loss_w:.4g} is worse than at w = 0 ({loss0:.4g}): "
                         f"the run did not learn; try a smaller step size or a larger epsilon")
+    gold = out.info.pop("goldstein", None)
+    if gold is not None:  # zo-o2nc's (h, proxy)-Goldstein stationarity of its output
+        for prb, pre in ((problem, "train"), (test_problem, "test")):
+            if prb is not None:
+                ev.update(guarded("goldstein proxy", lambda: metrics.goldstein(
+                    prb, gold["iterates"], gold["block"], gold["radius"], prefix=pre)) or {})
     traj = out.info.pop("trajectory", None)
     tr_summary = traj.summary() if traj is not None else {}
     if traj is not None:

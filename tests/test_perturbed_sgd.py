@@ -368,7 +368,8 @@ def test_practical_rules_alpha_step_mu_kappa_b2(registry, algo_cls, logistic_pro
 
 def test_theory_preset_keeps_the_papers_formulas(registry, algo_cls, logistic_problem):
     """preset=theory is untouched by the practical rules: Thm 2's alpha, kappa, b1 = n kappa/(2U eta),
-    b2 = n eta chi^2/(2U), eta = 1/M, mu = 2 (so T_esc and S of eq. (4) with iota = 2), O2 clip M;
+    b2 = n eta chi^2/(2U), eq. (4)'s eta = sqrt(rho alpha)/(M^2 iota^2), mu = 2 (so T_esc and S of eq. (4)
+    with iota = 2), O2 clip M;
     alpha_scale and drift_steps do not enter."""
     from dpreg_plugins.algorithms.perturbed_sgd import theorem2_alpha, theorem2_kappa
 
@@ -378,7 +379,8 @@ def test_theory_preset_keeps_the_papers_formulas(registry, algo_cls, logistic_pr
     n, d = pb.n, pb.d
     for extra in ({}, {"alpha_scale": 7, "drift_steps": 5}):
         r = _algo(algo_cls, pb, gauss, preset="theory", **extra)[0].resolve()
-        alpha, kappa, eta = theorem2_alpha(n, d, EPS, G, M, rho, 1.0), theorem2_kappa(n, d, EPS, G, M, rho, 1.0), 1 / M
+        alpha, kappa = theorem2_alpha(n, d, EPS, G, M, rho, 1.0), theorem2_kappa(n, d, EPS, G, M, rho, 1.0)
+        eta = math.sqrt(rho * alpha) / (M ** 2 * 2.0 ** 2)  # eq. (4), iota = s mu = 2
         chi = alpha / 4
         assert (r["alpha"], r["kappa"], r["eta"], r["mu"]) == (pytest.approx(alpha), pytest.approx(kappa),
                                                                 pytest.approx(eta), 2.0)

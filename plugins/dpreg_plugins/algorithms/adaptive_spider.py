@@ -50,6 +50,7 @@ import numpy as np
 
 from dpreg import hookimpl
 from dpreg.access import Exhausted, Passes, default_passes
+from dpreg.decisions import Decisions, noise_norm
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput
 from dpreg.params import ParamSpec
@@ -233,6 +234,31 @@ class AdaptiveSpider(Algorithm):
         few records, else :data:`PASSES`)."""
         return default_passes(self.p["passes"], self.p["preset"], self.problem.n, PASSES)
 
+    def decisions_record(self, dec: Decisions, r: dict, noise: float) -> dict:
+        """The record's ``sosp_decisions`` (dpreg.decisions): O1 refreshes by
+        cause, perturbations (and how many were smaller than the privacy noise
+        already in the estimate), and the public comparison behind them: the
+        expected norm of the noise in every estimate of a phase (``noise``, the
+        O1 release's) against the perturbation norm zeta and the threshold the
+        noisy gradient must fall below (Alg 2 l.9).  Alg 2 certifies nothing
+        (it returns the set of iterates: ``--select above-threshold`` picks one
+        that passes a private SOSP test)."""
+        thr, zeta = float(r["saddle_threshold"]), float(r["zeta"])
+        if noise >= thr:
+            note = (f"the noise norm {noise:.3g} is at least the perturbation threshold {thr:.3g}: the noisy "
+                    f"gradient falls below it by chance only, so perturbations are rare")
+        elif noise >= zeta:
+            note = (f"the noise norm {noise:.3g} is at least the perturbation's {zeta:.3g}: the privacy noise, "
+                    f"not the perturbation, moves the iterate off a saddle")
+        else:
+            note = (f"the perturbation ({zeta:.3g}) is larger than the noise ({noise:.3g}) and the threshold "
+                    f"({thr:.3g}) above it: perturbations fire where the gradient is small")
+        per = {"total": dec.perturbations, "decided_by_noise": dec.perturbations_by_noise}
+        return {"o1_refreshes": dec.refresh_dict(), "perturbations": per, "noise_norm": noise,
+                "perturbation_threshold": thr, "perturbation_norm": zeta, "kappa": float(r["kappa"]),
+                "noise_decides": bool(noise >= zeta), "certificates": "none (Alg 2 returns the set of iterates)",
+                "note": note}
+
     def adaptive_batch(self, s: float, r: dict) -> int:
         """b_t = ceil(c_bt max{s sqrt(d)/(alpha eps), kappa s/alpha^2, 1}), s = M' |x_t - x_{t-1}|."""
         a = r["alpha"]
@@ -276,6 +302,11 @@ class AdaptiveSpider(Algorithm):
         output = OutputChoice(self.p["output"], None, self.rng("adaptive-spider output"), w)  # T unknown: reservoir
         batches, perturb_steps, clipped = [], [], 0
         phase_lengths, forced = [], 0
+        # what decides (dpreg.decisions): the expected norm of the privacy noise every estimate of a phase
+        # carries (the O1 release's, public) against the perturbation's norm zeta and the test threshold
+        noise = noise_norm(z, self.accountant.sensitivity_factor * r["clip"] / b, d)
+        dec = Decisions()
+        cause = "start"
         stop = "steps"
         t = 0
         while t < T:
@@ -284,9 +315,12 @@ class AdaptiveSpider(Algorithm):
                     stop = "data (unused records <= b)"
                     break
                 drift = r["kappa"]  # a pass starts with an O1 refresh: no phase spans two passes
+                cause = "pass_start"
             cap_hit = est.phase_steps >= horizon
             if drift >= r["kappa"] or cap_hit:
                 forced += int(cap_hit and drift < r["kappa"])
+                dec.refresh(cause or ("drift" if drift >= r["kappa"] else "cap"))
+                cause = None
                 if est.phases:
                     phase_lengths.append(est.phase_steps)
                 idx, part = access.take(b)
@@ -303,6 +337,7 @@ class AdaptiveSpider(Algorithm):
                         stop = f"data (b_t={bt} > {remaining} unused)"
                         break
                     drift = r["kappa"]  # the next step refreshes (O1) from the new pass
+                    cause = "pass_start"
                     continue
                 rel = est.update(w, w_prev, idx, part)
                 batches.append(bt)
@@ -315,6 +350,7 @@ class AdaptiveSpider(Algorithm):
                 drift = 0.0
                 g = g + pert_rng.standard_normal(d) * (r["zeta"] / math.sqrt(d))
                 perturb_steps.append(t)
+                dec.perturbation(noise >= r["zeta"])
             gn = float(np.linalg.norm(g))
             w_prev = w
             w = project(w - eta * g, radius)
@@ -344,6 +380,7 @@ class AdaptiveSpider(Algorithm):
             "perturbations": len(perturb_steps), "perturbation_steps": perturb_steps[:100],
             "eps_in_formulas": r["eps_formula"], "o1_noise_std": z * self.accountant.sensitivity_factor * r["clip"] / b,
             "clipped_terms": clipped, "epsilon_spent": self.accountant.epsilon_spent,
+            "sosp_decisions": self.decisions_record(dec, r, noise),
             **{k: r[k] for k in ("alpha", "B", "kappa", "saddle_threshold", "zeta", "Gamma", "clip", "step",
                                  "diff_clip", "G", "M", "rho")},
             "trajectory": traj,
