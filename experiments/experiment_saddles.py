@@ -61,13 +61,20 @@ def landscape(X: np.ndarray) -> dict:
             "lambda_min_star": float(lam[0] - lam[1])}
 
 
-def run(pb, algo: str, eps: float, seed: int):
+def method(label: str):
+    """``ALGO`` or ``ALGO:key=value:key=value`` -> (algorithm, parameters)."""
+    algo, *kv = label.split(":")
+    return algo, {k: int(v) if v.lstrip("-").isdigit() else float(v) for k, v in (x.split("=", 1) for x in kv)}
+
+
+def run(pb, label: str, eps: float, seed: int):
     from dpreg.params import bind
     from dpreg.registry import get_registry
 
     reg = get_registry()
+    algo, given = method(label)
     cls = reg.get("algorithm", algo)
-    p = bind(cls.params, {}, algo)
+    p = bind(cls.params, given, algo)
     acc = reg.get("accountant", "rdp")(eps, 1.0 / pb.n, cls.relation_for(p))
     noise = (cls.default_noise or "tree") if cls.uses_noise else None
     with np.errstate(all="ignore"):
@@ -124,13 +131,18 @@ def _rng(xs, fmt):
     return f"{min(xs):{fmt}} to {max(xs):{fmt}}" if len(xs) > 1 else f"{xs[0]:{fmt}}"
 
 
+def _order(label: str):
+    algo = method(label)[0]
+    return ((FIRST_ORDER + SOSP).index(algo) if algo in FIRST_ORDER + SOSP else 99, label)
+
+
 def tables(rec) -> str:
     land = rec["landscape"]
     out = [f"{rec['data']}: n = {land['n']}, d = {land['d']}, lam_1 = {land['lam1']:.4f}, lam_2 = {land['lam2']:.4f}; "
            f"F* = {land['F_star']:.5f}; lambda_min(0) = {land['lambda_min_0']:.4f}, at the minima "
            f"{land['lambda_min_star']:.4f}", "",
            "| eps | method | runs | at a saddle | F/F* | lambda_min | grad norm |", "|---|---|---|---|---|---|---|"]
-    keys = sorted({(r["eps"], r["algo"]) for r in rec["runs"]}, key=lambda k: (k[0], (FIRST_ORDER + SOSP).index(k[1])))
+    keys = sorted({(r["eps"], r["algo"]) for r in rec["runs"]}, key=lambda k: (k[0], _order(k[1])))
     for eps, algo in keys:
         rs = [r for r in rec["runs"] if r["eps"] == eps and r["algo"] == algo]
         out.append(f"| {eps:g} | {algo} | {len(rs)} | {sum(r['at_saddle'] for r in rs)}/{len(rs)} | "

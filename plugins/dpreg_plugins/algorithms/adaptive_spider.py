@@ -27,7 +27,22 @@ At step t:
 
 A phase also ends (forced O1) when it reaches ``max_phase`` = H adds, a public,
 data-independent cap: the mechanism's horizon is H, so ``tree`` is calibrated
-for bit_length(H) levels instead of bit_length(n) (issue 10, finding 8).
+for bit_length(H) levels instead of bit_length(n).
+
+Who switches (the record's ``sosp_decisions``: O1 refreshes by cause).  The
+drift of a phase of at most H adds reaches kappa only if the mean |grad~_t|
+over it is at least kappa/H.  The practical kappa is c_kappa (2) times
+Thm 3.11's max{alpha sqrt(d)/eps, (BGM)^(1/3)} >= 2 (BGM)^(1/3), while
+|grad~_t| is about alpha (the O1 noise is calibrated to about alpha, the
+perturbation threshold): with H = 8 the cap ends the phases and the drift test
+rarely fires (matrix-factorisation saddle of IJCNN1, eps = 1: kappa 2.29,
+alpha 0.122, cap 48 refreshes, drift 0).  Under preset=theory H is the whole
+run and the drift switches, but the literal threshold alpha sits below the
+noise floor of the noisy gradient, so no perturbation fires.  A kappa of
+about H alpha / 2 (``--param kappa=0.6`` there) lets both work in one run:
+drift and cap share the refreshes and the perturbations still fire
+(docs/experiment-saddles.md).  The default keeps the larger kappa, chosen
+for accuracy on training data.
 
 It stops after T steps or when the last pass's unused records are no more
 than b (or too few for the next b_t).  Privacy: every record is in exactly
