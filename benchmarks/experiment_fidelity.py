@@ -165,7 +165,7 @@ def report(path: str, label: str = "current") -> str:
            f"`NUMBA_NUM_THREADS=1 nice python benchmarks/experiment_fidelity.py run {path} {label} --seeds "
            f"{','.join(str(s) for s in sorted({r['seed'] for r in rows}))}` (do not edit by hand).", "",
            "a9a: train `adult.trn.bz2` (n = 32,561, d = 123), test `adult.tst.bz2`; loss `logistic` (no "
-           "intercept; convex: lambda_min ~ -1e-17, there is no saddle to escape); eps = 1, delta = 1e-5; every "
+           "intercept; convex: lambda_min >= 0 up to rounding, there is no saddle to escape); eps = 1, delta = 1e-5; every "
            "algorithm at its defaults; research seeds as listed. Rows named `ijcnn1: ...` use IJCNN1 (train "
            "`ijcnn1.trn.bz2`, 49,990 x 22, test `ijcnn1.tst.bz2`, majority class 0.905) with loss "
            "`logistic-nonconvex-reg`. ||grad|| is the non-private diagnostic ||grad F^(w)|| on the training set, "
@@ -194,6 +194,11 @@ def report(path: str, label: str = "current") -> str:
         rs = by.get(name)
         if rs and rs[0].get("dec.note"):
             out.append(f"- {name}: {rs[0]['dec.note']}.")
+    out += ["", "An escape test is decided by noise when the expected norm of the O1 noise in the estimate is at "
+            "least the escape bar S / (T_esc eta): the noise alone then moves an attempt S away "
+            "(perturbed-sgd's docstring derives why its batch floor puts the noise at about twice the bar). "
+            "The strict-saddle problem of docs/experiment-saddles.md shows a configuration where the landscape "
+            "decides.", ""]
     cpu = sum(r["cpu_s"] for r in rows)
     out += ["", f"CPU time of all runs in the table: {cpu / 60:.1f} min.", ""]
     return "\n".join(out)
