@@ -205,7 +205,7 @@ def main(argv=None):
                                 r = one_run(reg, Xa, ya, Xt, yt, m=m, sharding=sharding, eps=eps, seed=seed, **kw)
                             except ParameterError as exc:
                                 refused.append({"data": name, "setting": setting, "m": m, "sharding": sharding,
-                                                "eps": eps, "seed": seed, "reason": str(exc)})
+                                                "eps": eps, "seed": seed, "reason": str(exc), "commit": commit})
                                 return None
                             rows.append(dict(r, data=name, d=d, setting=setting, commit=commit))
                             print(json.dumps({k: rows[-1][k] for k in ("data", "setting", "m", "sharding", "seed",
