@@ -143,7 +143,10 @@ class AdaptiveSpider(Algorithm):
         ParamSpec("B", "float", None, "bound on F(x_0) - inf F (Assumption 3.1), x_0 = 0",
                   "default: max_y phi(0,y) + psi(0) for binary losses (>= 0), else 1", low=0, low_open=True),
         ParamSpec("kappa", "float", None, "drift threshold: O1 when sum of |grad~| since the last O1 >= kappa",
-                  "Thm 3.11: kappa = max{alpha sqrt(d)/eps, (BGM)^(1/3)} with the literal eps (see kappa_eps)",
+                  "Thm 3.11: kappa = max{alpha sqrt(d)/eps, (BGM)^(1/3)} with the literal eps (see kappa_eps). "
+                  "The drift reaches kappa within a phase of H adds only if the mean |grad~| is >= kappa/H; "
+                  "|grad~| is about alpha, so at the practical kappa the cap H ends the phases (the record's "
+                  "O1 refreshes by cause say so); kappa ~ H alpha/2 lets the drift test switch",
                   low=0, low_open=True),
         ParamSpec("kappa_eps", "str", "literal", "which eps enters kappa's formula",
                   "'literal' (default): the budget eps, as Thm 3.11 writes it; 'noise-aware': eps_eff = "
