@@ -396,3 +396,35 @@ def test_theory_preset_keeps_the_papers_formulas(registry, algo_cls, logistic_pr
         assert r["escape_steps"] == max(1, math.ceil(2.0 / (eta * math.sqrt(rho * alpha))))
         assert r["escape_radius"] == pytest.approx(math.sqrt(alpha / rho) / 2.0 ** 1.5)
         assert r["diff_clip"] == pytest.approx(M)
+
+
+@pytest.mark.slow
+def test_escape_noise_below_bar_lets_the_landscape_decide(registry, algo_cls):
+    """escape_noise=below-bar floors b1 so that the O1 noise norm is below the
+    escape bar S/(T_esc eta): no escape test is then decided by noise, where the
+    default floor (noise ~ alpha/8, about twice the bar) decides every one; on
+    too few records it refuses in one line before any release."""
+    from conftest import unit_rows
+    from dpreg.errors import ParameterError
+    from dpreg.problem import make_problem
+
+    rng = np.random.default_rng(5)
+    X = unit_rows(rng, 20000, 4) * np.array([1.0, 0.5, 0.4, 0.3])
+    pb = make_problem(registry.get("loss", "matrix-factorisation"), X, np.zeros(len(X)), "mf")
+    noise = registry.get("noise", "gaussian")
+    out = {}
+    for rule in ("floor", "below-bar"):
+        algo, acc = _algo(algo_cls, pb, noise, eps=1.0, escape_noise=rule)
+        dec = algo.run().info["sosp_decisions"]
+        out[rule] = dec
+        assert acc.epsilon_spent <= 1.0 * (1 + 1e-9)
+    lo, hi = out["below-bar"], out["floor"]
+    assert lo["noise_norm"] <= 0.8 * lo["escape_bar"] * (1 + 1e-9) and not lo["noise_decides"]
+    assert lo["escape_tests"]["decided_by_noise"] == 0 and lo["escape_tests"]["total"] >= 1
+    assert hi["noise_norm"] >= hi["escape_bar"] and hi["noise_decides"]
+    assert hi["escape_tests"]["escaped"] == 0 and hi["escape_tests"]["decided_by_noise"] >= 1
+    small = make_problem(registry.get("loss", "matrix-factorisation"), X[:300], np.zeros(300), "mf")
+    algo, acc = _algo(algo_cls, small, noise, eps=1.0, escape_noise="below-bar")
+    with pytest.raises(ParameterError, match="escape_noise=below-bar needs an O1 batch"):
+        algo.run()
+    assert acc.epsilon_spent == 0.0

@@ -318,6 +318,13 @@ class PerturbedSGD(Algorithm):
                   "0.8309/0.8242, 0.8366/0.8206, 0.8396/0.7594, synthetic 9.58/6.10, 10.21/4.19, 13.74/2.53, "
                   "20.39/1.36. c = 5 fails tests/test_perturbed_sgd.py::test_gradient_norm_falls", low=0,
                   low_open=True),
+        ParamSpec("escape_noise", "str", "floor", "how b1 is floored against the noise (practical preset)",
+                  "floor: O1 noise norm <= chi/2 = alpha/8 (Lemma 5), about twice the escape bar "
+                  "S/(T_esc eta) = alpha/(s^1.5 mu^2.5): the escape tests are decided by noise. below-bar: b1 "
+                  "also >= f z C sqrt(d)/(0.8 bar), so the O1 noise alone cannot move an attempt S and the "
+                  "landscape decides each test (fewer O1 refreshes per pass); refused in one line where one "
+                  "such O1 batch and one O2 batch do not fit in the records",
+                  choices=("floor", "below-bar")),
         ParamSpec("o1_budget", "int", None, "K1: O1 refreshes the floor of the practical alpha leaves room for",
                   "practical alpha >= 16 f z C sqrt(d) K1 / n (b1 floor <= n/(2 K1)); it binds when the data is "
                   "small for its eps and d (adult at eps = 1: perturbed-sgd, and distributed-spider's 2 clients), "
@@ -451,6 +458,10 @@ class PerturbedSGD(Algorithm):
         b2_paper = max(1, math.ceil(n * eta * chi ** 2 / (2 * U)))
         b1_floor = math.ceil(2 * f * z * clip * math.sqrt(d) / (chi * root_k))
         b2_floor = math.ceil(2 * f * z * diff_clip * math.sqrt(d * kappa) / (chi * root_k))
+        if p["escape_noise"] == "below-bar" and not theory:
+            # the O1 noise norm f z C sqrt(d)/(b1 sqrt(k)) at most 0.8 x the escape bar S/(T_esc eta)
+            bar = S / (max(1, int(T_esc)) * eta)
+            b1_floor = max(b1_floor, math.ceil(f * z * clip * math.sqrt(d) / (0.8 * bar * root_k)))
         b1 = p["batch1"] or (b1_paper if theory else max(b1_paper, b1_floor))
         # practical: an O2 batch larger than an O1 batch costs more records than a fresh refresh
         b2 = p["batch2"] or (b2_paper if theory else max(1, min(b2_floor, b1, n - min(b1, n))))
@@ -462,6 +473,12 @@ class PerturbedSGD(Algorithm):
                 f"perturbed-sgd: preset=theory cannot run here: Thm 2's b1 = n kappa/(2 U eta) = {b1} and b2 = "
                 f"n eta chi^2/(2U) = {b2} (eq. (4)'s eta = {eta:.3g}) need {b1 + b2} records and the data has "
                 f"n={n}; the literal algorithm needs more data (or give step, batch1, batch2)")
+        if p["escape_noise"] == "below-bar" and not theory and not p["batch1"] and b1 + b2 > n:
+            raise ParameterError(
+                f"perturbed-sgd: escape_noise=below-bar needs an O1 batch of {b1} records (its noise below the "
+                f"escape bar {S / (max(1, int(T_esc)) * eta):.3g}) and an O2 batch of {b2}, {b1 + b2} in all, and "
+                f"the data has n={n}: at this n, d and eps the privacy noise decides the escape tests; use "
+                f"escape_noise=floor (the record then says so) or a larger --epsilon")
         if not (p["batch1"] or p["batch2"]) and b1 + b2 > n:
             raise ParameterError(
                 f"perturbed-sgd: at eps={eps:g} one O1 batch (b1={b1}) and one O2 batch (b2={b2}) need "
