@@ -64,7 +64,15 @@ def landscape(X: np.ndarray) -> dict:
 def method(label: str):
     """``ALGO`` or ``ALGO:key=value:key=value`` -> (algorithm, parameters)."""
     algo, *kv = label.split(":")
-    return algo, {k: int(v) if v.lstrip("-").isdigit() else float(v) for k, v in (x.split("=", 1) for x in kv)}
+    def value(v: str):
+        for kind in (int, float):
+            try:
+                return kind(v)
+            except ValueError:
+                pass
+        return v
+
+    return algo, {k: value(v) for k, v in (x.split("=", 1) for x in kv)}
 
 
 def run(pb, label: str, eps: float, seed: int):
