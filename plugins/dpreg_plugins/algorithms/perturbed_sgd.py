@@ -68,11 +68,14 @@ wherever that floor binds (alpha at its floor: most real data sets at
 eps <= 8) every attempt leaves whatever the landscape, and the record says
 "decided by noise" for every test - an honest label, not a certificate.  The
 landscape decides when b1 is at least f z C sqrt(d)/bar, about 3x the
-default floor (``batch1``; fewer O1 refreshes per pass); on the
-``matrix-factorisation`` saddle of IJCNN1 at eps = 1 that turns every escape
-into one the noise could not make and reaches F/F* = 0.9 instead of 0.1
-(docs/experiment-saddles.md).  The default keeps the smaller floor, chosen
-for accuracy on training data.
+default floor: ``escape_noise=below-bar`` floors b1 at f z C sqrt(d)/(0.8 bar)
+(fewer O1 refreshes per pass) and refuses in one line where one such O1 batch
+and one O2 batch do not fit in the records - there the privacy noise decides
+at this n, d, eps.  On the ``matrix-factorisation`` saddle of IJCNN1 at
+eps = 1 every test is then decided by the landscape (docs/experiment-saddles.md).
+Even then a certificate says little at a reachable alpha: a strict saddle with
+lambda_min > -sqrt(rho alpha) is an alpha-SOSP, and the test certifies it.
+The default keeps the smaller floor, chosen for accuracy on training data.
 
 Implementation choices (documented where the paper is silent):
 * drift is the squared distance actually moved by the query point since the
@@ -283,7 +286,8 @@ class PerturbedSGD(Algorithm):
                   "Thm 2: b1 = n kappa/(2 U eta); practical floor (Lemma 5's oracle error <= chi): "
                   "b1 >= 2 f z C sqrt(d)/chi, i.e. O1 noise norm <= chi/2 (f = 2 under replace-one). That noise is "
                   "about twice the escape bar S/(T_esc eta) = alpha/(s^1.5 mu^2.5): at the floor the escape tests "
-                  "are decided by noise (the record says so); about 3x the floor lets the landscape decide",
+                  "are decided by noise (the record says so); escape_noise=below-bar (about 3x) lets the landscape "
+                  "decide",
                   low=1),
         ParamSpec("batch2", "int", None, "O2 batch size b2",
                   "Thm 2: b2 = n eta chi^2/(2U) (preset=theory); practical b2 = its noise floor "
