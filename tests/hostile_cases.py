@@ -1,8 +1,7 @@
 """The hostile tester's cases, one command each, with what a careful user
 expects of it: the exit status, a one-line error naming the problem (a
 substring of it), and bounds on wall time and peak memory.  Replayed by
-tests/test_hostile_cases.py (assertions) and benchmarks/hostile_replay.py
-(the table of exit status, seconds and peak memory, for any checkout).
+tests/test_hostile_cases.py, which asserts them.
 
 Every case runs ``python -m dpreg ...`` (or ``python -c ...``) in a fresh
 directory holding the files its ``setup`` writes; :func:`run_case` measures
@@ -110,6 +109,12 @@ CASES = [
     Case("sweep-scheduler-refused", "--scheduler on a closed local port",
          dpreg("sweep", "g.toml", "--out-dir", "out", "--scheduler", "tcp://127.0.0.1:9"),
          files={"g.toml": GRID}, says=("cannot reach the Dask scheduler",)),
+    Case("run-scheduler-not-a-port", "dpreg run --backend dask --scheduler tcp://127.0.0.1:notaport",
+         dpreg("run", *SMALL, "--backend", "dask", "--scheduler", "tcp://127.0.0.1:notaport", "--out", "none"),
+         says=("cannot reach the Dask scheduler",), max_s=60.0),
+    Case("run-scheduler-refused", "dpreg run --backend dask --scheduler on a closed local port",
+         dpreg("run", *SMALL, "--backend", "dask", "--scheduler", "tcp://127.0.0.1:9", "--out", "none"),
+         says=("cannot reach the Dask scheduler",), max_s=60.0),
     Case("predict-readme-adult-model-on-ijcnn1", "README: adult's model predicting IJCNN1 (22 of 123 features)",
          dpreg("predict", "adult-model.json", "--data", str(Path(__file__).resolve().parents[2] / "shared" / "data"
                                                               / "ijcnn1.tst.bz2")),
