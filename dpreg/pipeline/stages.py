@@ -148,15 +148,15 @@ def build(ctx: Context, data: Data) -> Built:
                         accountant)
     prep, scaling_info = preprocessing(cfg, mode, d_raw, intercept, declared, lambda: private_scales(
         X, accountant, ctx.rng(3), cfg.scaling_share * cfg.epsilon))
-    built = Built(None, None, accountant, delta, n, prep, target, target_info, scaling_info, data.y, data.yte)
-    built.problem, built.test_problem = make_problems(ctx, data, prep, y, yte)
-    check_algorithm_fits(plan.algo_cls, plan.params, built.problem, data.loss_spec)
-    check_size(built.problem, plan.algo_cls, plan.params, cfg)
-    load_kernels(ctx, built.problem)
+    problem, test_problem = make_problems(ctx, data, prep, y, yte)
+    check_algorithm_fits(plan.algo_cls, plan.params, problem, data.loss_spec)
+    check_size(problem, plan.algo_cls, plan.params, cfg)
+    load_kernels(ctx, problem)
+    selector = eps_sel = None
     if plan.sel_cls is not None:  # charged before the run: the run calibrates to what is left
-        built.selector, built.eps_sel = prepare_selection(plan.sel_cls, plan.sel_opts, built.problem, accountant,
-                                                          cfg, ctx.rng(1))
-    return built
+        selector, eps_sel = prepare_selection(plan.sel_cls, plan.sel_opts, problem, accountant, cfg, ctx.rng(1))
+    return Built(problem, test_problem, accountant, delta, n, prep, target, target_info, scaling_info,
+                 y_raw=data.y, yte_raw=data.yte, selector=selector, eps_sel=eps_sel)
 
 
 def make_problems(ctx: Context, data: Data, prep, y, yte):
