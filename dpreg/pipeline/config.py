@@ -114,3 +114,7 @@ class RunConfig:
     worker_memory: Any = None
     #: seconds to reach the scheduler before giving up
     scheduler_timeout: float = 10.0
+    #: where the algorithm starts: None (its own start) or a parameter vector of the problem, public
+    #: input such as an earlier release's ``model["weights"]`` (the scikit-learn estimators'
+    #: ``warm_start``); only algorithms that honour an initial point accept one
+    init: Any = None

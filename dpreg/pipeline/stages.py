@@ -187,12 +187,19 @@ def load_kernels(ctx: Context, problem) -> None:
 
 def run(ctx: Context, built: Built, where: str = "") -> Outcome:
     """Run the algorithm on the built problem with the run's accountant
-    (which it calibrates to what is left of the budget), refuse a diverged
+    (which it calibrates to what is left of the budget), from ``cfg.init``
+    when given (public input; refused by an algorithm that does not honour
+    an initial point), refuse a diverged
     output, and pick the output privately when ``--select`` asked.  Adds
     ``run_s`` to the timings."""
     cfg, plan = ctx.cfg, ctx.plan
     algo = plan.algo_cls(built.problem, plan.params, noise=plan.noise_cls, accountant=built.accountant,
                          seed=cfg.seed, progress=cfg.progress)
+    if cfg.init is not None:
+        if not plan.algo_cls.honours_init:
+            raise ParameterError(f"algorithm {plan.algo_cls.name!r} does not start from a given point: "
+                                 f"a warm start needs one that does (dp-sgd, dp-gd, adaptive-spider, ...)")
+        algo.init = np.array(cfg.init, dtype=float)
     ctx.stage(f"{plan.algo_cls.name}: calibrating noise, running{where}")
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):  # a diverging run is reported below, in one line
