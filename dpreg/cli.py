@@ -485,6 +485,12 @@ def _summary(rec, out):
             tr = be["traffic"]
             click.echo(f"  backend   {be['backend']}: {be['shards']} shards on {be['workers']} worker(s); per step "
                        f"{tr['bytes_down_per_step']:.0f} B down, {tr['bytes_up_per_step']:.0f} B up")
+            if be.get("driver_memory") and be.get("worker_memory"):
+                gib = 2.0 ** 30
+                held = ", ".join(f"{m['peak_rss'] / gib:.2f} ({m['held_bytes'] / gib:.2f} held)"
+                                 for m in be["worker_memory"])
+                click.echo(f"  memory    peak GiB: driver {be['driver_memory']['peak_rss'] / gib:.2f}; "
+                           f"shard holders {held}")
     if out:
         click.echo(f"record    {out}")
     diag = rec.get("diagnostics") or {}

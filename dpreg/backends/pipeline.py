@@ -21,7 +21,7 @@ executor's holders instead of one array.  What differs:
   ``--test-fraction`` are refused (evaluate a release with ``dpreg predict``);
 * the diagnostics' metrics are computed by the holders too (sums and counts),
   and the record's diagnostics say where the shards were held, the bytes
-  sent each way and each worker's memory.
+  sent each way, each worker's memory and the driver's.
 
 A failure anywhere - a bad shard, a lost worker, a scheduler that does not
 answer - raises one :class:`~dpreg.errors.DpregError` and writes nothing.
@@ -365,11 +365,19 @@ def build(ctx, executor, src: Source, data, shards: Shards):
     return Built(problem, None, accountant, delta, n, prep, shards.target, None, scaling_info)
 
 
+def driver_memory() -> dict:
+    """This (the driver's) process's memory: its pid, resident bytes now and
+    at their peak (``VmHWM``) - what the run's driver held, no shard among it."""
+    from .workers import peak_rss_bytes, rss_bytes
+
+    return {"pid": os.getpid(), "rss": rss_bytes(), "peak_rss": peak_rss_bytes()}
+
+
 def _diagnostics(cfg, built, outcome, executor, rows, traffic, timing, light) -> dict:
     """The record's non-private diagnostics of a sharded run: the training
     metrics and baselines computed by the holders (skipped when ``light``),
     the trajectory's checkpoints, usage and accounting, and where the shards
-    were held (the bytes sent each way, each worker's memory).  A diagnostic
+    were held (the bytes sent each way, each worker's memory and the driver's).  A diagnostic
     that fails is listed under ``errors``; a lost worker ends the run."""
     from .. import metrics
     from ..pipeline.diagnostics import did_not_learn, guard, usage, versions
@@ -403,7 +411,7 @@ def _diagnostics(cfg, built, outcome, executor, rows, traffic, timing, light) ->
     backend = dict(executor.info(), shards=len(rows), records_per_shard=[int(r) for r in rows],
                    traffic=dict(traffic, bytes_down_per_step=traffic["bytes_down"] / steps,
                                 bytes_up_per_step=traffic["bytes_up"] / steps),
-                   worker_memory=memory)
+                   worker_memory=memory, driver_memory=driver_memory())
     return {
         "non_private": True,
         "schema_inferred": None,
