@@ -1,4 +1,4 @@
-"""Issue 11 fixes: the SOSP algorithms' second-order machinery runs.
+"""The SOSP algorithms' second-order machinery runs.
 
 * perturbed-sgd: the practical floors keep Lemma 5's oracle error within chi
   (O1 noise <= chi/2, a phase's O2 noise <= chi/2), so the escape test runs;

@@ -324,8 +324,8 @@ def test_practical_o2_clip_is_a_quarter_of_the_declared_smoothness(registry, alg
 
 
 def test_defaults_learn_on_adult_and_run_escape_tests():
-    """Issues 12 and 11 at the defaults (shipped adult, eps = 1, research seed 0): test accuracy
-    >= 0.82, clear of the majority class (0.764; 0.806 at this seed before the M/4 O2 clip), and the run reaches
+    """The defaults (shipped adult, eps = 1, research seed 0): test accuracy
+    >= 0.82, clear of the majority class (0.764), and the run reaches
     its escape test and records how many ran and their outcomes."""
     import dpreg
 
@@ -339,9 +339,9 @@ def test_defaults_learn_on_adult_and_run_escape_tests():
 
 
 def test_practical_rules_alpha_step_mu_kappa_b2(registry, algo_cls, logistic_problem):
-    """preset=practical (issue 12, fifth session): alpha = max{alpha_scale x Thm 2 alpha, the o1_budget
+    """preset=practical: alpha = max{alpha_scale x Thm 2 alpha, the o1_budget
     floor 16 f z C sqrt(d) K1/n}, eta = 2/M, mu = 3, kappa = max{Thm 2 kappa, P (3 eta chi)^2} with P = 1,
-    b1 >= its floor, b2 = its floor 2 f z M' sqrt(d kappa)/chi (no longer raised to Thm 2's b2); only public
+    b1 >= its floor, b2 = its floor 2 f z M' sqrt(d kappa)/chi (not raised to Thm 2's b2); only public
     n, d, eps, the declared constants and the calibrated z enter."""
     from dpreg_plugins.algorithms.perturbed_sgd import theorem2_alpha, theorem2_kappa
 

@@ -152,18 +152,33 @@ def diagnostics(cfg: RunConfig, data: Data, built: Built, outcome: Outcome, timi
     warnings: list = []
     guarded = guard(errors)
     # the costly diagnostics of the run (the lambda_min certificates, the trajectory) share this many
-    # seconds, in equal parts; the non-private optimum is the data set's, solved once (cached)
+    # seconds from the start of the evaluation: each gets an equal part of what is left when it starts
+    # (so the cheap passes before it count too, the non-private optimum not: it is the data set's,
+    # solved once and cached)
     budget = diagnostics_budget(cfg.diagnostics_budget, timing["run_s"])
     parts = 2 + (test_problem is not None)
-    lim = None if math.isinf(budget) else budget / parts
+
+    solve_s = [0.0]  # the data set's optimum (solved once, then cached) is not the run's to pay for
+
+    def share(left: int):
+        """What is left of the budget, over the ``left`` parts still to run; never below the
+        least budget's equal part (a small problem's record does not depend on the load)."""
+        spent = time.perf_counter() - t0 - solve_s[0]
+        floor = min(budget, DIAGNOSTICS_MIN_BUDGET_S) / parts
+        return None if math.isinf(budget) else max(floor, (budget - spent) / left)
+
+    lim = share(parts)
     ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train",
                                                                  lambda_budget_s=lim)) or {})
     base.update(guarded("train baselines", lambda: baselines(problem, "train")) or {})
     if test_problem is not None:
+        lim = share(parts - 1)
         ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test",
                                                                    lambda_budget_s=lim)) or {})
         base.update(guarded("test baselines", lambda: baselines(test_problem, "test")) or {})
+    t_solve = time.perf_counter()
     w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem, public=data.public))
+    solve_s[0] = time.perf_counter() - t_solve
     w_np = a_reference(problem, w_np, base)
     if w_np is not None:
         base["nonprivate_train_loss"] = float(problem.value(w_np))
@@ -177,7 +192,8 @@ def diagnostics(cfg: RunConfig, data: Data, built: Built, outcome: Outcome, timi
         ev.update(reg_ev)
         base.update(reg_base)
     warnings += did_not_learn(ev, base)
-    tr_summary = trajectory_summary(problem, out, guarded, lim)
+    # the loss and accuracy at the kept checkpoints cost about what their gradients do: half each
+    tr_summary = trajectory_summary(problem, out, guarded, lambda: share(2))
     G, M, rho = problem.constants()
     # the certificates' wall times go with the timings (the rest of the record is the same for the same seed)
     lam_s = {p: (ev.get(f"{p}_lambda_min_status") or {}).pop("seconds", None) for p in ("train", "test")}
@@ -206,16 +222,18 @@ def diagnostics(cfg: RunConfig, data: Data, built: Built, outcome: Outcome, timi
     }
 
 
-def trajectory_summary(problem, out, guarded, budget_s) -> dict:
+def trajectory_summary(problem, out, guarded, budget_s: Callable[[], float | None]) -> dict:
     """The run's trajectory (taken out of ``out.info``) summarised, with the
-    gradient norms and loss values at its checkpoints (within ``budget_s``)."""
+    gradient norms and loss values at its checkpoints (the gradient norms
+    within ``budget_s()`` seconds, asked when they start)."""
     from .. import metrics
 
     traj = out.info.pop("trajectory", None)
     tr_summary = traj.summary() if traj is not None else {}
     if traj is not None:
+        lim = budget_s()
         cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates,
-                                                                         budget_s=budget_s))
+                                                                         budget_s=lim))
         if cp is not None:
             cp.update(guarded("trajectory values", lambda: metrics.checkpoint_values(
                 problem, cp["steps"], traj.steps, traj.iterates)) or {})

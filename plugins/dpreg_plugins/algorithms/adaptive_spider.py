@@ -27,7 +27,7 @@ At step t:
 
 A phase also ends (forced O1) when it reaches ``max_phase`` = H adds, a public,
 data-independent cap: the mechanism's horizon is H, so ``tree`` is calibrated
-for bit_length(H) levels instead of bit_length(n) (issue 10, finding 8).
+for bit_length(H) levels instead of bit_length(n).
 
 It stops after T steps or when the last pass's unused records are no more
 than b (or too few for the next b_t).  Privacy: every record is in exactly
@@ -96,7 +96,7 @@ def theorem_alpha(n: int, d: int, eps: float, B: float, G: float, M: float) -> f
 #: practical constants (preset=practical; preset=theory uses 1 for each factor and
 #: M itself), each a factor on Thm 3.11's formula, whose constants are dropped;
 #: chosen on training data and a public synthetic set with
-#: ``benchmarks/tune_on_training_data.py adaptive-spider`` (docs/models-learn.md)
+#: ``experiments/tune_on_training_data.py adaptive-spider`` (docs/models-learn.md)
 ALPHA_SCALE = 0.7
 KAPPA_SCALE = 2.0
 ADAPTIVE_SCALE = 3.0
@@ -139,8 +139,8 @@ class AdaptiveSpider(Algorithm):
                   "not in Alg 2 (phases end by drift); the noise horizon: tree charges bit_length(H) levels "
                   "(4 for H=8) instead of bit_length(n); data-independent default 8, chosen on adult's training "
                   "split (logistic, tree, eps=1, tuning seeds 100-105): train accuracy 0.8233 (H=4), 0.8260 (6), "
-                  "0.8260 +- 0.0014 (8), 0.8239 (12), 0.8220 +- 0.0031 (16, the former default), 0.8207 (32); "
-                  "benchmarks/tune_defaults_h_t.py; a9a train: final ||grad|| 0.013 at H=16 vs 0.017 for H=32. Rechecked "
+                  "0.8260 +- 0.0014 (8), 0.8239 (12), 0.8220 +- 0.0031 (16), 0.8207 (32); "
+                  "experiments/tune_defaults_h_t.py; a9a train: final ||grad|| 0.013 at H=16 vs 0.017 for H=32. Rechecked "
                   "with the current factors (tune_on_training_data.py, tuning seeds): H = 8, 12, 16 -> IJCNN1 gap "
                   "ratio to dp-sgd 2.83, 2.30, 2.25; adult train accuracy 0.8277, 0.8237 (min 0.8053), 0.8225 "
                   "(min 0.8108); synthetic gap ratio 11.0, 15.2, 29.5: H stays 8", low=1),
@@ -216,12 +216,12 @@ class AdaptiveSpider(Algorithm):
                   "the worst curvature, so M/8 clips part of the O2 differences (a bias the next O1 refresh removes) "
                   "and cuts the O2 noise, i.e. b_t, 8x. adult train accuracy over 20 tuning seeds (100-119): "
                   "0.8285 +- 0.0013 (min 0.8254) at M/8, 0.8275 +- 0.0015 at M/5, 0.8199 +- 0.0131 (min 0.780) at M/16, 0.8253 +- 0.0024 "
-                  "(min 0.8205) at the former defaults (every factor 1, M); IJCNN1 gap 2.83x dp-sgd at M/8, 2.71x at M/16", low=0, low_open=True),
+                  "(min 0.8205) at every factor 1 and clip M; IJCNN1 gap 2.83x dp-sgd at M/8, 2.71x at M/16", low=0, low_open=True),
         ParamSpec("alpha_scale", "float", None, "c_alpha: the default alpha is c_alpha times Thm 3.11's",
                   "preset=theory: 1; practical default 0.7. The four factors (alpha_scale 0.7, kappa_scale 2, "
-                  "adaptive_scale 3, diff_clip M/8) together, measured with benchmarks/tune_on_training_data.py "
+                  "adaptive_scale 3, diff_clip M/8) together, measured with experiments/tune_on_training_data.py "
                   "adaptive-spider --data ijcnn1,adult,synthetic (tuning seeds 100-105, training data only) "
-                  "against all factors 1 (the former defaults): IJCNN1 gap 3.30x -> 2.83x dp-sgd's, synthetic "
+                  "against all factors 1: IJCNN1 gap 3.30x -> 2.83x dp-sgd's, synthetic "
                   "gap 30.6x -> 11.0x; adult train accuracy (seeds 100-119) 0.8253 -> 0.8285. alpha_scale 0.5: "
                   "IJCNN1 3.40x, adult 0.8274 (0.7: 0.8277, 5 seeds), synthetic 4.8x: the trade-off between "
                   "the ill-conditioned IJCNN1 and the isotropic synthetic set", low=0, low_open=True),

@@ -216,11 +216,21 @@ class DistributedSpider(PerturbedSGD):
         batch2=ParamSpec("batch2", "int", None, "O2 batch size b2 per client",
                          "Thm 3: b2 = n eta chi^2/(2U), n per client (preset=theory); practical: the noise floor as "
                          "perturbed-sgd, for the server's average of m noisy messages (noise / sqrt(m))", low=1),
+        step_cap=ParamSpec("step_cap", "float", None, "largest step length |x_{t+1} - x_t| (post-processing of the "
+                           "release; 0: no cap)",
+                           "not in Alg 1: a safeguard from released quantities only, perturbed-sgd's: practical "
+                           "default 0.5 G/M (preset=theory: none). With 2 clients a run makes few steps (24 over 12 "
+                           "passes on 4,601 records at eps = 1), and 0.1 G/M kept the model at the majority class. "
+                           "Validation splits (experiments/targets_models_learn.py "
+                           "--validation, 3 seeds at eps = 1, 2 at eps = 4; cap 0.36 (= 0.1 G/M) / 1 / 2): "
+                           "adult-4601 0.763 / 0.785 / 0.788 (eps = 1), 0.803 / - / 0.806 (eps = 4); breast-cancer "
+                           "0.626 / 0.678 / 0.734, 0.803 / - / 0.912; digits 0.694 / 0.711 / 0.714, 0.824 / - / "
+                           "0.810; synthetic 0.636 / 0.632 / 0.626, 0.764 / - / 0.711", low=0),
     ) + (
         ParamSpec("clients", "int", 2, "number of clients m",
                   "Alg 3: m clients, each holding a shard D_j; default 2: client-side noise costs sqrt(m) "
-                  "(a9a train accuracy at eps=1: 0.821 at m=2, 5 seeds; 0.812 at m=4, 3 seeds, at the former "
-                  "defaults; at the current ones, benchmarks/tune_on_training_data.py: m = 1, 2, 4 -> adult train "
+                  "(a9a train accuracy at eps=1: 0.821 at m=2, 5 seeds; 0.812 at m=4, 3 seeds, at the "
+                  "paper-scale perturbed-sgd rules; at the defaults, experiments/tune_on_training_data.py: m = 1, 2, 4 -> adult train "
                   "accuracy 0.8309, 0.8283, 0.8179, IJCNN1 gap ratio to dp-sgd 1.99, 2.64, 3.33, all with one pass; with "
                   "the passes default, IJCNN1 at m = 2 makes 3 passes of 24,995 records per client: 1.68 on "
                   "tuning seeds, see passes)", low=1),

@@ -100,8 +100,8 @@ from .schedule import practical_passes
 PAPER = "zhang-tran-cutkosky-2024-private-zeroth-order.txt"
 
 #: practical defaults (``preset=practical``), chosen on training data only: adult's
-#: training split, IJCNN1's training file and a public synthetic set (twelfth session,
-#: docs/models-learn.md, "zo-o2nc's constants"; the first choice: docs/experiment-zeroth-order.md)
+#: training split, IJCNN1's training file and a public synthetic set
+#: (``dpreg info zo-o2nc``)
 PRACTICAL_H = 4.0
 PRACTICAL_CLIP = 1.0
 PRACTICAL_BLOCKS = 4
@@ -242,7 +242,7 @@ class ZoO2NC(Algorithm):
                   "(a record is in one add of each pass: one pass's exposure composed passes times). Chosen on "
                   "training data (tune_on_training_data.py zo-o2nc, tuning seeds; K = 4, h = 4, T = 6), passes "
                   "4 / 6: IJCNN1 gap ratio to dp-sgd 1.50 / 1.36, adult train accuracy 0.8341 / 0.8348, "
-                  "synthetic gap ratio 26.1 / 27.8 (the former defaults, h = 8, B2 = 128, 2 passes: 2.97, 0.8317, "
+                  "synthetic gap ratio 26.1 / 27.8 (h = 8, B2 = 128, 2 passes: 2.97, 0.8317, "
                   "58.8); 4 for a third less work; the 20,000-record rule as adaptive-spider's and "
                   "perturbed-sgd's; below 20,000 records ceil(20,000/n) passes, at most 16 (schedule.practical_passes), "
                   "one block each (blocks): validation splits (experiments/targets_models_learn.py --validation, "

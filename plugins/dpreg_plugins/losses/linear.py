@@ -329,7 +329,7 @@ class Ramp(LinearModelLoss):
 
 #: the declared (practical) G of the regression losses: the default per-record clip, a
 #: quarter of the target range's half-width.  Chosen on training data (dp-sgd, eps = 1,
-#: seeds 0-2, training R^2; benchmarks/tune_regression.py): diabetes' training split
+#: seeds 0-2, training R^2; experiments/tune_regression.py): diabetes' training split
 #: -4.71 at the worst-case G = 2 (squared), -0.50 at 1, 0.28 at 1/2, 0.46 at 1/4 (the
 #: non-private optimum 0.54); synthetic-regression n = 2,000, d = 10: 0.63, 0.75, 0.77, 0.78
 REGRESSION_CLIP = 0.25
