@@ -669,9 +669,14 @@ def _load_plugin_commands():
 
 
 def main(argv=None):
-    _load_plugin_commands()
     try:
+        _load_plugin_commands()
         return cli.main(args=argv, prog_name="dpreg", standalone_mode=True)
+    except KeyboardInterrupt:  # Ctrl-C while the plugin commands load, before any command runs
+        click.echo("interrupted; no output written", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     except DpregError as exc:  # errors raised while building commands
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
