@@ -1,5 +1,5 @@
-"""Issue 11 "Done means" measurement: do the SOSP algorithms' second-order
-machinery run on real data at their defaults, and what do they return?
+"""Do the SOSP algorithms' second-order machinery run on real data at their
+defaults, and what do they return?
 
 a9a (train ../shared/data/adult.trn.bz2, test adult.tst.bz2), loss logistic,
 eps = 1, delta = 1e-5, research seeds 0..4, every algorithm at its defaults
@@ -40,7 +40,7 @@ CONFIGS = {
     "dp-spider + gaussian": ("dp-spider", "gaussian", {}),
     "dp-spider + tree": ("dp-spider", "tree", {}),
     "dp-sgd (reference)": ("dp-sgd", None, {}),
-    # issue 10 finding 8 on the second data set: IJCNN1 (49,990 x 22), logistic-nonconvex-reg
+    # the second data set: IJCNN1 (49,990 x 22), logistic-nonconvex-reg
     "ijcnn1: adaptive-spider + tree": ("adaptive-spider", "tree", {}),
     "ijcnn1: perturbed-sgd + tree": ("perturbed-sgd", "tree", {}),
 }
