@@ -53,6 +53,20 @@ COMMAND = "python experiments/experiment_distributed.py"
 LAYOUTS = Path("/tmp/dpreg-bench/experiment-distributed-layouts")
 
 
+def _commit() -> str:
+    """The checkout's short commit, "+dirty" when tracked files differ from it."""
+    import subprocess
+
+    try:
+        c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                           check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return c + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def load(name):
     from dpreg.pipeline import load_prepared
 
@@ -126,6 +140,7 @@ def one_run(reg, X, y, Xt, yt, *, m, sharding, eps, seed, select=False, fixed=No
     rec = {"m": m, "sharding": sharding, "eps": eps, "seed": seed, "select": select,
            "grad_norm": float(np.linalg.norm(np.mean(grads, axis=0))),
            "test_accuracy": float(np.mean(np.sign(Xt @ w) == yt)),
+           "escape_tests": (info.get("sosp_decisions") or {}).get("escape_tests"),
            "certified": bool(info["certified"]), "rounds": info["rounds"],
            "n_per_client": min(info["records_per_client"]), "epsilon": acc.epsilon_spent,
            "eps_max_clients": info["epsilon_max_over_clients"], "alpha": info["alpha"],
@@ -170,6 +185,7 @@ def main(argv=None):
     from dpreg.errors import ParameterError
 
     rows, refused = [], []
+    commit = _commit()
     t_all = time.perf_counter()
     for name in datasets:
         X, y, Xt, yt = load(name)
@@ -189,9 +205,9 @@ def main(argv=None):
                                 r = one_run(reg, Xa, ya, Xt, yt, m=m, sharding=sharding, eps=eps, seed=seed, **kw)
                             except ParameterError as exc:
                                 refused.append({"data": name, "setting": setting, "m": m, "sharding": sharding,
-                                                "eps": eps, "seed": seed, "reason": str(exc)})
+                                                "eps": eps, "seed": seed, "reason": str(exc), "commit": commit})
                                 return None
-                            rows.append(dict(r, data=name, d=d, setting=setting))
+                            rows.append(dict(r, data=name, d=d, setting=setting, commit=commit))
                             print(json.dumps({k: rows[-1][k] for k in ("data", "setting", "m", "sharding", "seed",
                                                                          "grad_norm", "rounds", "wall_s")}),
                                   flush=True)
@@ -205,7 +221,7 @@ def main(argv=None):
                         attempt("fixed total", X, y)
                 if eps == 1.0:
                     r = one_run(reg, X, y, Xt, yt, m=4, sharding="iid", eps=eps, seed=seed, select=True)
-                    rows.append(dict(r, data=name, d=d, setting="selection"))
+                    rows.append(dict(r, data=name, d=d, setting="selection", commit=commit))
     with open(args.raw, "w") as fh:
         for r in rows + [dict(r, refused=True) for r in refused]:
             fh.write(json.dumps(r) + "\n")
@@ -218,66 +234,68 @@ def _ms(vals):
     return f"{a.mean():.4f} +- {se:.4f}"
 
 
-NOTES = """
-### What the tables say (read with the caveats below)
+def headline(rows) -> str:
+    """The findings, computed from the rows: |grad F| at eps = 1 (iid, mean over
+    seeds) by m for each setting, the collaboration gain (fixed n per client)
+    and the sqrt(m) price (fixed total), and the escape tests' outcomes."""
+    ms = sorted({r["m"] for r in rows if r["setting"] != "selection"})
+    out = ["### What the tables say (computed from the rows)", "",
+           "|grad F| of the global objective at the output / test accuracy / rounds, eps = 1, iid, mean over seeds:", "",
+           "| data | setting | " + " | ".join(f"m = {m}" for m in ms) + " |", "|---|---|" + "---|" * len(ms)]
+    mean = {}
+    for data in sorted({r["data"] for r in rows}):
+        for setting in ("fixed n per client", "fixed n per client, m=1 plan", "fixed total"):
+            cells = []
+            for m in ms:
+                g = [r for r in rows if r["data"] == data and r["setting"] == setting and r["m"] == m
+                     and r["sharding"] == "iid" and r["eps"] == 1.0]
+                if setting.endswith("m=1 plan") and m == 1:
+                    g = [r for r in rows if r["data"] == data and r["setting"] == "fixed n per client" and r["m"] == 1
+                         and r["eps"] == 1.0]
+                if not g:
+                    cells.append("-")
+                    continue
+                mean[(data, setting, m)] = float(np.mean([r["grad_norm"] for r in g]))
+                cells.append(f"{mean[(data, setting, m)]:.4f} / {np.mean([r['test_accuracy'] for r in g]):.3f} / "
+                             f"{np.mean([r['rounds'] for r in g]):.0f}")
+            out.append(f"| {data} | {setting} | " + " | ".join(cells) + " |")
+    out.append("")
+    for data in sorted({r["data"] for r in rows}):
+        g = [mean.get((data, "fixed n per client", m)) for m in ms]
+        t = [mean.get((data, "fixed total", m)) for m in ms]
+        if g[0] is not None:
+            falls = all(b is not None and b < a for a, b in zip(g, g[1:]))
+            out.append(f"* {data}, collaboration gain (fixed n per client, eps = 1): |grad F| "
+                       + ", ".join("-" if v is None else f"{v:.4f}" for v in g)
+                       + f" for m = {', '.join(map(str, ms))}: " + ("falls at every m." if falls else
+                                                                   "does not fall at every m."))
+        if t[0] is not None:
+            worse = [m for m, v in zip(ms, t) if m > 1 and v is not None and v > t[0]]
+            out.append(f"* {data}, the sqrt(m) price (fixed total, eps = 1): |grad F| "
+                       + ", ".join("-" if v is None else f"{v:.4f}" for v in t)
+                       + ("; worse than one machine at m = " + ", ".join(map(str, worse)) if worse else
+                          "; no m is worse than one machine") + ".")
+    tests = defaultdict(int)
+    for r in rows:
+        for k, v in (r.get("escape_tests") or {}).items():
+            tests[k] += v
+    if tests:
+        out.append(f"* Escape tests of Alg 1 over all runs: {tests['total']} (escaped {tests['escaped']}, certified "
+                   f"{tests['certified']}, decided by noise {tests['decided_by_noise']}, interrupted "
+                   f"{tests['interrupted']}): an escape is decided by noise when the expected norm of the averaged "
+                   "client noise is at least the escape bar S / (T_esc eta) (the run record's sosp_decisions).")
+    sel = [r for r in rows if r["setting"] == "selection"]
+    if sel:
+        out.append(f"* Alg 4 accepted candidate index {sorted({r['sel_index'] for r in sel}, key=str)} in "
+                   f"{len(sel)} runs; Remark 3's dimension condition held in "
+                   f"{sum(bool(r['sel_remark3']) for r in sel)} of them.")
+    out += ["", "Runs use ``logistic-nonconvex-reg`` with ``tree`` noise, delta = 1/N, no intercept or scaling; "
+            "standard errors are over seeds only (the shards and subsets are fixed). Where the practical alpha "
+            "floor exceeds the gradient at w = 0, Alg 1 certifies w = 0 at its first test (test accuracy 0: "
+            "sign(0) predicts no class)."]
+    return "\n".join(out)
 
-Headline rows (the full grid, ``--full``: m in {1, 2, 4, 8}, eps in {0.5, 1, 2},
-5 seeds; eps = 1, iid, mean over seeds of |grad F| of the global objective at the
-output / test accuracy / rounds; defaults of 2026-11-23: practical O2 clip M/4 and
-batch floors sized for the server's average of m messages):
 
-| data | setting | m = 1 | m = 2 | m = 4 | m = 8 |
-|---|---|---|---|---|---|
-| ijcnn1 | fixed n per client (6,248), Thm 3 defaults | 0.0610 / 0.905 / 14 | 0.0233 / 0.905 / 22 | 0.0206 / 0.905 / 33 | 0.0277 / 0.905 / 39 |
-| ijcnn1 | fixed n per client, m=1 plan | 0.0610 | 0.0691 | 0.0727 | 0.0776 |
-| ijcnn1 | fixed total (N = 49,990) | 0.0158 / 0.905 / 33 | 0.0147 / 0.905 / 55 | 0.0171 / 0.905 / 58 | 0.0275 / 0.905 / 39 |
-| a9a | fixed n per client (4,070), Thm 3 defaults | 0.1871 / 0.000 / 1 | 0.0844 / 0.764 / 3 | 0.0657 / 0.764 / 4 | 0.0554 / 0.764 / 7 |
-| a9a | fixed total (N = 32,561) | 0.0222 / 0.822 / 39 | 0.0233 / 0.813 / 23 | 0.0683 / 0.764 / 13 | 0.0584 / 0.764 / 7 |
-
-* **Collaboration gain at fixed n per client (Remark 2): yes with Thm 3's
-  defaults, no with the plan held fixed.**  With the defaults (which let alpha
-  shrink as m grows) |grad F| falls with m on IJCNN1 at every eps (eps = 0.5:
-  0.110, 0.081, 0.045, 0.024 for m = 1, 2, 4, 8; eps = 1: 0.061 -> 0.021 at
-  m = 4, 0.028 at m = 8) and on a9a (eps = 1: 0.187, 0.084, 0.066, 0.055).
-  Holding the one-machine plan fixed the gain disappears (IJCNN1 eps = 1:
-  0.061, 0.069, 0.073, 0.078): the gain comes from the smaller target the
-  averaged noise allows, which the algorithm turns into more rounds.  With
-  4,070 records per client on a9a no setting leaves the majority class at
-  eps <= 1, and at eps = 0.5 the plans for m <= 4 are refused (table below).
-* **The sqrt(m) price at fixed total n: visible from m = 4 on a9a, from m = 8
-  on IJCNN1.**  a9a, eps = 1: 0.0222, 0.0233, 0.0683, 0.0584 and test accuracy
-  0.822, 0.813, 0.764 (majority), 0.764; IJCNN1, eps = 1: 0.0158, 0.0147,
-  0.0171, 0.0275.  At eps = 2 on IJCNN1 one machine is *worse* (0.059, 7
-  rounds) than m = 4 (0.014, 40 rounds): its small alpha makes kappa small,
-  so most queries are O1 refreshes of b1 = N/8 records; a property of
-  perturbed-sgd's practical kappa at small alpha, not of distribution.
-* **iid vs the label-skewed layout** (Dirichlet(0.5) class mixes, given as a
-  public assignment): within the seed spread everywhere
-  (fixed total, eps = 1: IJCNN1 m = 2, 4, 8: 0.0147 / 0.0143, 0.0171 / 0.0185,
-  0.0275 / 0.0274 iid / skewed; a9a 0.0233 / 0.0205, 0.0683 / 0.0708, 0.0584 /
-  0.0589).  Shards have equal sizes, so the average of the clients'
-  gradients is the pooled gradient; skew changes only each client's
-  sampling variance, which the privacy noise dominates.
-* **Selection (Remark 3)**: in all 10 runs (both data sets, 5 seeds) Alg 4
-  accepts candidate 0, the *initial point* w = 0, because its gradient
-  thresholds exceed the gradient at w = 0 and Alg 4 returns the first
-  candidate that passes; Remark 3's dimension condition holds on IJCNN1
-  (d = 22) and fails on a9a (d = 123) - the acceptance is the same either
-  way.  At these sizes the selection guarantee is vacuous on both.
-* **Communication**: about 237 floats down and 123 up per client per round on
-  a9a (d = 124 with the O1/O2 mix), whatever m (table below).
-
-Caveats.  Runs are short (1-61 rounds) and use ``logistic-nonconvex-reg`` with
-``tree`` noise, delta = 1/N and no intercept or scaling, not the ``run``
-defaults: IJCNN1's test accuracy stays at its majority rate 0.905 in every
-cell; a9a leaves its majority rate 0.764 only with enough records per client
-and budget (fixed total, m = 1 and 2 at eps = 1 and 2; m = 4 at eps = 2).
-Where the practical alpha floor exceeds the gradient at w = 0 Alg 1 certifies
-w = 0 at its first test (test accuracy 0: sign(0) predicts no class).
-Standard errors are over seeds only (the shards and subsets are fixed).  Not
-run here: sweeps on a Dask cluster (``dpreg sweep --scheduler``; the sweep
-tests run one on a LocalCluster).
-"""
 
 
 def render(rows, total_s, args):
@@ -287,7 +305,7 @@ def render(rows, total_s, args):
     for r in rows:
         groups[(r["data"], r["setting"], r["m"], r["sharding"], r["eps"])].append(r)
     lines = ["# Distributed adaptive DP-SPIDER and distributed private selection", "",
-             f"Generated by `{COMMAND}{' --quick' if args.quick else ''}{' --full' if args.full else ''}"
+             f"Runs at commit {', '.join(sorted({r.get('commit', 'unknown') for r in rows}))}, generated by `{COMMAND}{' --quick' if args.quick else ''}{' --full' if args.full else ''}"
              f"{' --eps ' + args.eps if getattr(args, 'eps', None) else ''}` "
              "(do not edit by hand); raw rows in " + f"`{args.raw}`.", "",
              __doc__.split("\n\n", 1)[1].split("    python")[0].strip(), "",
@@ -307,7 +325,7 @@ def render(rows, total_s, args):
                      f"{g[0]['alpha']:.3g} | {g[0]['noise_multiplier']:.3g} | "
                      f"{np.mean([r['floats_down'] for r in g]):.1f} / {np.mean([r['floats_up'] for r in g]):.0f} | "
                      f"{np.mean([r['wall_s'] for r in g]):.2f} |")
-    lines += ["", NOTES.strip(), "", "## Alg 4 after an m = 4 run (distributed-selection, 20% of every shard fresh)", "",
+    lines += ["", headline(rows), "", "## Alg 4 after an m = 4 run (distributed-selection, 20% of every shard fresh)", "",
               "| data | d | seed | candidates | accepted index | Remark 3 bound on d | Remark 3 holds | grad threshold | lambda threshold | alpha | |grad F| at output | floats up per client |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

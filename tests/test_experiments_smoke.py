@@ -98,6 +98,7 @@ RENDERS = [
     ("experiment_warm_start.py", ["--from-json", RES + "experiment-warm-start.json", "--out", "{tmp}/ws.md"],
      "", "ws.md"),
     ("experiment_zeroth_order.py", ["--table", "docs/experiment-zeroth-order.json"], "|", None),
+    ("experiment_saddles.py", ["--tables", RES + "saddles_ijcnn1_eps1.json"], "| 1 | perturbed-sgd |", None),
     ("render_pages.py", ["sosp", RES + "experiments-sosp.json"], "# SPIDER-family experiment", None),
     ("experiments_sosp.py", [], "", None),
 ]
@@ -111,3 +112,31 @@ def test_page_writers_render_the_committed_results(tmp_path, script, args, expec
     assert expect in p.stdout, p.stdout[-3000:]
     if page:
         assert (tmp_path / page).read_text().startswith("#")
+
+
+@pytest.mark.slow
+def test_saddles_experiment_runs_tiny():
+    """experiment_saddles on 400 unit rows: every run starts at the saddle w = 0
+    of matrix-factorisation; the table reports each method's runs at a saddle
+    and the SOSP decisions by cause from the run record."""
+    import numpy as np
+
+    from conftest import unit_rows
+
+    mod = _module("experiment_saddles")
+    X = unit_rows(np.random.default_rng(0), 400, 5)
+    pb, land = mod.problem(X), mod.landscape(X)
+    assert land["lambda_min_0"] == -land["lam1"] < 0 and land["F_star"] == -land["lam1"] ** 2 / 4
+    rec = {"data": "tiny", "landscape": land, "runs": []}
+    for label in ("dp-gd", "perturbed-sgd:batch1=150"):
+        w, out, spent = mod.run(pb, label, 1.0, 0)
+        assert spent <= 1.0 * (1 + 1e-9)
+        r = {"algo": label, "eps": 1.0, "seed": 0, **mod.measure(pb, w, land)}
+        if "sosp_decisions" in out.info:
+            r["sosp_decisions"] = out.info["sosp_decisions"]
+        rec["runs"].append(r)
+    esc = rec["runs"][1]["sosp_decisions"]["escape_tests"]
+    assert esc["total"] == sum(esc[k] for k in ("escaped", "certified", "decided_by_noise", "interrupted"))
+    table = mod.tables(rec)
+    assert "| 1 | dp-gd | 1 |" in table and "| 1 | perturbed-sgd:batch1=150 | 1 |" in table
+    assert f"| 1 | perturbed-sgd:batch1=150 | {esc['escaped']} / {esc['certified']} /" in table
