@@ -191,6 +191,8 @@ class Loaded:
     source: Any = None          # a DatasetSource for registered names
     schema: Any = None          # the schema the data was read with
     inferred: dict = field(default_factory=dict)
+    #: whether X is the loader's own array (False: the caller's array, which is never written into)
+    owned: bool = True
 
 
 def load_data(spec, *, schema, split_seed: int, test: bool = False) -> Loaded:
@@ -205,15 +207,18 @@ def load_data(spec, *, schema, split_seed: int, test: bool = False) -> Loaded:
         try:
             if is_sparse(X):
                 X = X.tocsr().astype(np.float64)
-            else:
-                X = np.array(X, dtype=np.float64)
+                owned = True
+            else:  # the caller's array is not copied: nothing writes into an array the pipeline does not own
+                X0 = X
+                X = np.asarray(X, dtype=np.float64)
+                owned = X is not X0 and not np.shares_memory(X, X0)
             y = np.array(y, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError) as exc:
             raise DataError(f"{where}: arrays must hold real numbers: {exc}") from None
         if X.ndim != 2:
             raise DataError(f"{where}: features must be a 2-D array, got shape {X.shape}")
         return Loaded(X, y, f"arrays ({X.shape[0]} x {X.shape[1] if X.ndim == 2 else '?'})",
-                      schema=schema)
+                      schema=schema, owned=owned)
     if not isinstance(spec, str):
         raise DataError(f"{where} must be a data-set name, a file path or an (X, y) pair; got {type(spec).__name__}")
     reg = get_registry()
@@ -499,12 +504,13 @@ def run_pipeline(cfg: RunConfig) -> dict:
     if label_map is not None and label_map.source == "inferred":
         inferred["labels"] = ([label_map.negative, label_map.positive] if isinstance(label_map, LabelMap)
                               else list(label_map.classes))
-    Xte = yte = None
+    Xte = yte = callers_test_X = None
     test_desc = None
     if cfg.test_data is not None:
         te_schema = Schema(X.shape[1], inferred.get("zero_based", (tr.schema or Schema()).zero_based))
         te = load_data(cfg.test_data, schema=te_schema, split_seed=cfg.split_seed, test=True)
         Xte, yte, test_desc = te.X, te.y, te.description
+        callers_test_X = None if te.owned else te.X  # never written into
     elif cfg.test_fraction is not None:
         X, y, Xte, yte = split(X, y, cfg.test_fraction, cfg.split_seed)
         test_desc = f"split {cfg.test_fraction:g} of {tr.description} (split seed {cfg.split_seed})"
@@ -574,9 +580,9 @@ def run_pipeline(cfg: RunConfig) -> dict:
         prep = Preprocessing(d_raw, "private", lo, hi, intercept)
     else:
         prep = Preprocessing(d_raw, "none", intercept=intercept)
-    X = prep.transform(X, where=f"data {tr.description}", in_place=True)
+    X = prep.transform(X, where=f"data {tr.description}", in_place=tr.owned or X is not tr.X)  # the caller's: never
     if Xte is not None:
-        Xte = prep.transform(Xte, where="test data", in_place=True)
+        Xte = prep.transform(Xte, where="test data", in_place=Xte is not callers_test_X)
     problem = make_problem(loss, X, y, name=tr.description, row_bound=prep.row_bound)
     test_problem = (make_problem(loss, Xte, yte, name=test_desc, row_bound=prep.row_bound)
                     if Xte is not None else None)
