@@ -124,37 +124,6 @@ def test_startup(benchmark, args):
     benchmark.pedantic(body, rounds=5, iterations=1, warmup_rounds=1)
 
 
-def test_dp_accounting_import(benchmark):
-    """A run's accountant, imported: dpreg's dp-accounting names (each from its own module,
-    dpreg.dp_accounting_names) against the whole package (``import dp_accounting``, whose
-    __init__ imports the PLD accountant and with it scipy.signal and scipy.stats), each in
-    a fresh interpreter after numpy and dpreg.accounting; fastest of 5, and the ratio."""
-    import time
-
-    pre = "import numpy, dpreg.accounting; "
-    light = [sys.executable, "-c", pre + "d = dpreg.accounting._dpa(); d.GaussianDpEvent; d.rdp.RdpAccountant"]
-    full = [sys.executable, "-c", pre + "import dp_accounting; dp_accounting.GaussianDpEvent"]
-    base = [sys.executable, "-c", pre]
-
-    def best(cmd):
-        t = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            subprocess.run(cmd, check=True)
-            t.append(time.perf_counter() - t0)
-        return min(t)
-
-    res = {}
-    benchmark.pedantic(lambda: res.update(base=best(base), light=best(light), full=best(full)), rounds=1,
-                       iterations=1)
-    benchmark.group = "startup"
-    benchmark.extra_info.update({"kind": "import", "interpreter_s": res["base"], "dpreg_names_s": res["light"],
-                                 "whole_package_s": res["full"],
-                                 "import_ratio": (res["full"] - res["base"]) / max(res["light"] - res["base"], 1e-9)})
-    print(f"\ndp-accounting import beyond numpy + dpreg.accounting ({res['base']:.3f} s): dpreg's names "
-          f"{res['light'] - res['base']:.3f} s, whole package {res['full'] - res['base']:.3f} s")
-
-
 # ----------------------------------------------------------------- compile
 @pytest.mark.slow
 def test_compile_cold_then_cached(benchmark, tmp_path):
@@ -330,7 +299,7 @@ def race(algo: str, load: int, X=None, y=None, warm_parallel: bool = False) -> d
 
     dpreg_once()  # loads every kernel the run uses (the numpy loop's functions are ready too)
     with busy(load):
-        accounting.clear_rdp_cache()  # the timed first run calibrates from scratch
+        accounting.clear_calibration_memos()  # the timed first run calibrates from scratch
         t_first, out, acc = dpreg_once()
         t_again, _, _ = dpreg_once()
         info = out.info

@@ -183,10 +183,14 @@ def hand_kernel(loss):
     import dpreg_kernels.linear_model as K
     from dpreg_kernels.config import _FM
 
-    head = "def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi, blk, clip):"
+    head = "def _clipped_sum(X, y, nx, idx, full, w, wp, two, r, rp, dphi_ref, blk_ref, clip):"
+    refs = ("    dphi = dphi_ref.fn\n", "    blk = blk_ref.fn\n")
     src = inspect.getsource(K._clipped_sum)
-    assert head in src, "the generic kernel's signature changed: update hand_kernel"
+    assert head in src and all(line in src for line in refs), \
+        "the generic kernel's signature changed: update hand_kernel"
     src = src.replace(head, "def _hand_both(X, y, nx, idx, full, w, wp, two, r, rp, clip):")
+    for line in refs:  # dphi and blk are the module globals bound below
+        src = src.replace(line, "")
     ns = dict(vars(K))
     ns["dphi"] = numba.njit(fastmath=_FM)(type(loss).dphi)
     from dpreg.interfaces import _resolve  # the loss's block function, imported from its path if given as one

@@ -3,32 +3,19 @@
 --one-based --epsilon 1 --seed 0``, with ``Accountant.calibrate`` timed.
 
     NUMBA_NUM_THREADS=1 python benchmarks/calibration_time.py
-    OLD_ACCOUNTING=/path/to/old/accounting.py python benchmarks/calibration_time.py
 
-``OLD_ACCOUNTING`` loads another version of ``dpreg/accounting.py`` in its
-place (e.g. ``git show <commit>:dpreg/accounting.py > old.py``): before/after
-in the same conditions.  Prints one line: calibration, run phase, data,
-compile/load seconds, the spent epsilon and the multiplier.
+Another version of dpreg runs in the same conditions from a worktree of its commit
+(``git worktree add --detach /tmp/old <commit>``) put first on the path:
+``PYTHONPATH=/tmp/old/kernels:/tmp/old:/tmp/old/plugins python benchmarks/calibration_time.py``.
+Prints one line: calibration, run phase, data, compile/load seconds, the spent epsilon
+and the multiplier.
 """
-import os
-import sys
 import time
 
 import dpreg
+from dpreg import accounting
 
-if os.environ.get("OLD_ACCOUNTING"):
-    import importlib.util
-
-    import dpreg.errors  # noqa: F401 (the module's relative imports)
-
-    spec = importlib.util.spec_from_file_location("dpreg.accounting", os.environ["OLD_ACCOUNTING"])
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["dpreg.accounting"] = mod
-    spec.loader.exec_module(mod)
-    dpreg.accounting = mod
-from dpreg import accounting  # noqa: E402
-
-from bench_end_to_end import IJCNN1  # noqa: E402
+from bench_end_to_end import IJCNN1
 
 _tot = {"s": 0.0, "depth": 0}
 
@@ -41,20 +28,23 @@ def _timed(f):
             return f(self, *a, **k)
         finally:
             _tot["depth"] -= 1
-            if _tot["depth"] == 0:  # nested calibrations (search stand-in, PLD's RDP bracket, views) once
+            if _tot["depth"] == 0:  # nested calibrations (PLD's RDP bracket, views) once
                 _tot["s"] += time.perf_counter() - t
     return calibrate
 
 
-for _cls in list(vars(accounting).values()):  # every class that defines its own calibrate
-    if isinstance(_cls, type) and issubclass(_cls, accounting.Accountant) and "calibrate" in vars(_cls):
+_todo = [accounting.Accountant]
+while _todo:  # every class that defines its own calibrate
+    _cls = _todo.pop()
+    _todo.extend(_cls.__subclasses__())
+    if "calibrate" in vars(_cls):
         _cls.calibrate = _timed(vars(_cls)["calibrate"])
 
 if __name__ == "__main__":
     rec = dpreg.run(algo="dp-sgd", loss="logistic", data=str(IJCNN1), features=22, zero_based=False,
                     epsilon=1.0, seed=0)
     tm = rec["diagnostics"]["timing"]
-    print(("old" if os.environ.get("OLD_ACCOUNTING") else "new") + f" accounting: calibrate_s={_tot['s']:.3f} "
+    print(f"{dpreg.__file__}: calibrate_s={_tot['s']:.3f} "
           f"run_s={tm['run_s']:.3f} data_s={tm['data_s']:.3f} compile_s={tm['compile_s']:.3f} "
           f"eps_spent={rec['diagnostics']['privacy']['epsilon_spent']:.9f} "
           f"z={rec['diagnostics']['run_info']['noise_multiplier']!r}")

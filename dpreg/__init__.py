@@ -26,8 +26,11 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         target_bounds: Any = "auto", target_share: float = 0.1, intercept: bool | None = None,
         scaling: str = "auto", bounds: str | None = None, scaling_share: float = 0.1, alpha: float | None = None,
         select: str | None = None, select_share: float = 0.1, out: str | None = None, diagnostics: bool = True,
+        diagnostics_budget: float | None = None,
         progress: Callable[[int, int], None] | None = None,
-        warn: Callable[[str], None] | bool | None = None) -> dict:
+        warn: Callable[[str], None] | bool | None = None, backend: str | None = None,
+        scheduler: str | None = None, workers: int | None = None, worker_threads: int | None = None,
+        worker_memory: Any = None, scheduler_timeout: float = 10.0) -> dict:
     """Run one pipeline, exactly as ``dpreg run`` does, and return its record
     (``{"release": ..., "diagnostics": ...}``).
 
@@ -43,7 +46,11 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
     softmax for K > 2 declared classes (``labels=(a, b, c)``), squared for a
     data set that declares a regression task, else logistic.
     ``target_bounds``: the public range of a regression target ((lo, hi),
-    "auto" or "none"; :mod:`dpreg.tasks`).  See
+    "auto" or "none"; :mod:`dpreg.tasks`).  ``diagnostics_budget``: seconds
+    the costly diagnostics may take together (None: the run's own time).
+    ``data`` may be a directory or glob of shard files, or ``backend="dask"``
+    hold the records on Dask workers (``scheduler``, ``workers``, ...:
+    :mod:`dpreg.backends`, docs/scale-out.md).  See
     :class:`dpreg.pipeline.RunConfig` for the other options.
 
     Privacy warnings (seeded randomness, delta >= 1/n, a schema inferred from
@@ -63,7 +70,9 @@ def run(*, algo: str = "adaptive-spider", noise: str | None = None, loss: str = 
         seed=seed, split_seed=split_seed, features=features, zero_based=zero_based, labels=labels,
         target_bounds=target_bounds, target_share=target_share, intercept=intercept, scaling=scaling, bounds=bounds,
         scaling_share=scaling_share, alpha=alpha, select=select, select_share=select_share, out=out,
-        diagnostics=diagnostics, progress=progress, warn=warn))
+        diagnostics=diagnostics, diagnostics_budget=diagnostics_budget, progress=progress, warn=warn,
+        backend=backend, scheduler=scheduler, workers=workers, worker_threads=worker_threads,
+        worker_memory=worker_memory, scheduler_timeout=scheduler_timeout))
 
 
 def load_model(path_or_record):

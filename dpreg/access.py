@@ -107,9 +107,9 @@ def poisson_rows(rng: np.random.Generator, n: int, q: float) -> np.ndarray:
     return rows
 
 
-#: the practical ``passes`` default of the single-pass algorithms applies from this
-#: many records on (n is public; per oracle, i.e. per client where clients hold shards):
-#: below it passes cost more than they give (benchmarks/passes_crossover.py)
+#: the single-pass algorithms' practical ``passes`` for large data apply from this many
+#: records on (n is public; per oracle, i.e. per client where clients hold shards); below it
+#: they make more, shorter passes (dpreg_plugins.algorithms.schedule.practical_passes)
 PASSES_MIN_RECORDS = 20_000
 
 

@@ -104,7 +104,8 @@ class _Group(click.Group):
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="dpreg")
-def cli():
+@click.option("-q", "--quiet", is_flag=True, help="print nothing but errors (as each command's own -q)")
+def cli(quiet):
     """Differentially private non-convex optimization.
 
     \b
@@ -140,7 +141,7 @@ CONFIG_KEYS = ("algo", "noise", "loss", "data", "test_data", "test_fraction", "e
                "params", "seed", "split_seed", "features", "zero_based", "labels", "target_bounds", "target_share",
                "intercept", "scaling",
                "bounds", "scaling_share", "alpha", "select", "select_share", "out", "threads", "backend",
-               "scheduler", "epochs", "lr", "batch_size", "max_grad_norm", "noise_multiplier")
+               "scheduler", "workers", "worker_memory", "epochs", "lr", "batch_size", "max_grad_norm", "noise_multiplier")
 
 
 def _read_config(ctx, param, path):
@@ -148,17 +149,12 @@ def _read_config(ctx, param, path):
     defaults (options given on the command line still win)."""
     if path is None:
         return None
+    from .config_file import read_toml
+
     try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    try:
-        with open(path, "rb") as fh:
-            conf = tomllib.load(fh)
-    except OSError as exc:
-        raise click.BadParameter(f"cannot read {path}: {exc.strerror or exc}", ctx=ctx, param=param) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise click.BadParameter(f"{path} is not valid TOML: {exc}", ctx=ctx, param=param) from None
+        conf = read_toml(path)
+    except DpregError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
     conf = {k.replace("-", "_"): v for k, v in conf.items()}
     unknown = sorted(set(conf) - set(CONFIG_KEYS))
     if unknown:
@@ -185,7 +181,8 @@ def _read_config(ctx, param, path):
               help="loss name, or auto: softmax for K > 2 declared classes, squared for a data set that "
                    "declares a regression task, else logistic [default: auto]")
 @click.option("--data", default=None, shell_complete=_complete("dataset"),
-              help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz) [default: adult]")
+              help="data-set name or file (.svm/.libsvm[.bz2], .csv, .npz), or a directory or glob of shard files "
+                   "(also .parquet; trained on without loading them into one process) [default: adult]")
 @click.option("--test-data", default=None, help="held-out data-set name or file")
 @click.option("--test-fraction", type=float, default=None, help="hold out this fraction (split by --split-seed)")
 @click.option("--epsilon", type=float, default=1.0, show_default=True, help="privacy budget epsilon > 0")
@@ -241,17 +238,27 @@ def _read_config(ctx, param, path):
 @click.option("-q", "--quiet", is_flag=True, help="print nothing but errors")
 @click.option("-v", "--verbose", is_flag=True, help="also print the privacy statement")
 @click.option("--backend", type=click.Choice(["local", "dask"]), default=None,
-              help="where a distributed algorithm's clients run (local in-process, or Dask actors)")
+              help="where the records are held: in this process, or by Dask worker processes (data-parallel: "
+                   "per-shard clipped sums, noise added once here); for distributed-spider, where its clients run")
 @click.option("--scheduler", default=None, metavar="ADDRESS",
-              help="Dask scheduler address for --backend dask [default: a LocalCluster]")
+              help="Dask scheduler address for --backend dask [default: a LocalCluster on 127.0.0.1]")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="worker processes of the LocalCluster for --backend dask [default: one per shard, at most "
+                   "one per core]")
+@click.option("--worker-memory", default=None, metavar="SIZE",
+              help="memory limit per LocalCluster worker, e.g. 2GiB [default: Dask's share of the machine]")
 @click.option("--no-diagnostics", "no_diagnostics", is_flag=True,
               help="compute no diagnostics: the record is the release alone (safe to publish)")
+@click.option("--diagnostics-budget", type=float, default=None, metavar="SECONDS",
+              help="wall seconds the costly diagnostics (lambda_min certificates, non-private optimum, "
+                   "trajectory) may take together; 'inf' for no limit [default: the run's own time]")
 @click.option("--json", "as_json", is_flag=True, help="print the whole JSON record on stdout")
 @user_errors
 def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accountant, params, epochs, lr,
         batch_size, max_grad_norm, noise_multiplier, seed, split_seed,
         features, zero_based, labels, target_bounds, target_share, intercept, scaling, bounds, scaling_share, alpha,
-        select, select_share, out, force, threads, quiet, verbose, backend, scheduler, no_diagnostics, as_json):
+        select, select_share, out, force, threads, quiet, verbose, backend, scheduler, workers, worker_memory,
+        no_diagnostics, diagnostics_budget, as_json):
     """Run one private optimization and report privacy spent and metrics.
 
     --epochs, --lr, --batch-size, --max-grad-norm and --noise-multiplier are
@@ -260,19 +267,23 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
     """
     from .params import practitioner_params
     from .pipeline import DEFAULTS, RunConfig, run_pipeline
-    from .results import free_name, to_json, write_atomic
+    from .results import free_name, to_json, write_atomic, write_new
 
+    quiet = quiet or _quiet_everywhere()
     if out is not None and out.strip().lower() in ("none", ""):
         out = None
+    requested = out
     if out is not None and not force:
-        out = free_name(out)
+        out = free_name(out)  # checked writable before the run; the record takes the first free name at the end
     params = list(params)
     if scheduler is not None and backend is None:
         backend = "dask"
-    if backend is not None:  # --backend/--scheduler are the distributed algorithms' own parameters
-        params.append(f"backend={backend}")
-    if scheduler is not None:
-        params.append(f"scheduler={scheduler}")
+    if _has_backend_param(algo):  # --backend/--scheduler are then the algorithm's own parameters
+        if backend is not None:
+            params.append(f"backend={backend}")
+        if scheduler is not None:
+            params.append(f"scheduler={scheduler}")
+        backend = scheduler = None
     params = practitioner_params(algo or DEFAULTS["algo"], params,
                                  dict(epochs=epochs, lr=lr, batch_size=batch_size, max_grad_norm=max_grad_norm,
                                       noise_multiplier=noise_multiplier), style="cli")
@@ -288,7 +299,9 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
                     target_bounds=target_bounds if target_bounds is not None else "auto", target_share=target_share,
                     intercept=intercept, scaling=scaling, bounds=bounds, scaling_share=scaling_share,
                     alpha=alpha, select=select, select_share=select_share, out=out,
-                    diagnostics=not no_diagnostics, warn=warn, threads=threads, write_record=False)
+                    diagnostics=not no_diagnostics, diagnostics_budget=diagnostics_budget, warn=warn,
+                    threads=threads, write_record=False,
+                    backend=backend, scheduler=scheduler, workers=workers, worker_memory=worker_memory)
     progress_cm = _progress(cfg.algo) if not quiet else _NoProgress()
     with progress_cm as cb:
         cfg.progress = cb
@@ -299,7 +312,7 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
     if as_json:
         click.echo(text)
     elif not quiet:
-        _summary(record, out)
+        _summary(record, None)
         if verbose:
             from .privacy_statement import render
 
@@ -309,11 +322,36 @@ def run(algo, noise, loss, data, test_data, test_fraction, epsilon, delta, accou
 
         check()  # no record after a Ctrl-C, even one a compiled call dropped
         try:
-            write_atomic(out, text)
+            if force:
+                write_atomic(out, text)
+            else:  # never replaces a file, not even one a concurrent run wrote meanwhile
+                out = write_new(requested, text)
         except OSError as exc:
             click.echo(f"error: could not write the record to {out}: {exc.strerror or exc} "
                        f"(the summary above is this run's only output)", err=True)
             sys.exit(1)
+        if not quiet and not as_json:
+            click.echo(f"record    {out}")
+
+
+def _quiet_everywhere() -> bool:
+    """Whether ``dpreg -q`` (the group's own option, before the command) was given."""
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().params.get("quiet"))
+
+
+def _has_backend_param(algo) -> bool:
+    """Whether the algorithm named ``algo`` (None: the default) has a
+    ``backend`` parameter of its own (distributed-spider's clients); an unknown
+    name says False and fails later, with the registry's message."""
+    from .pipeline import DEFAULTS
+    from .registry import get_registry
+
+    try:
+        cls = get_registry().get("algorithm", algo or DEFAULTS["algo"])
+    except DpregError:
+        return False
+    return any(p.name == "backend" for p in getattr(cls, "params", ()))
 
 
 class _NoProgress:
@@ -373,8 +411,10 @@ def _summary(rec, out):
         m, b, u, t = diag["metrics"], diag["baselines"], diag["usage"], diag["timing"]
         click.echo("diagnostics (NOT private: computed on the raw data; do not publish)")
         if "train_grad_norm" in m:
+            st = (m.get("train_lambda_min_status") or {}).get("status")
             line = f"  train     |grad|={m['train_grad_norm']:.4g}  loss={m['train_loss']:.4g}  " \
-                   f"lambda_min={_fmt(m.get('train_lambda_min'))}"
+                   f"lambda_min={'<= ' if st == 'truncated' else ''}{_fmt(m.get('train_lambda_min'))}" \
+                   f"{' (' + st + ')' if st in ('truncated', 'skipped') else ''}"
             if "train_accuracy" in m:
                 line += f"  accuracy={m['train_accuracy']:.4f}"
             if "train_r2" in m:
@@ -391,7 +431,8 @@ def _summary(rec, out):
             click.echo(line)
         ref = f"  compare   loss at w=0 {_fmt(b.get('train_loss_at_zero'))}"
         if "nonprivate_train_loss" in b:
-            ref += f"; non-private optimum loss {b['nonprivate_train_loss']:.4g}"
+            cut = (b.get("nonprivate_optimum") or {}).get("status") == "truncated"
+            ref += f"; non-private optimum loss {'<= ' if cut else ''}{b['nonprivate_train_loss']:.4g}"
         if "test_majority_rate" in b:
             ref += f"; test majority class {b['test_majority_rate']:.4f}"
         elif "train_majority_rate" in b:
@@ -420,6 +461,11 @@ def _summary(rec, out):
         click.echo(f"  usage     iterations={u['iterations']}{passes} records_used={u['records_used']} "
                    f"gradient_evaluations={u['gradient_evaluations']}")
         click.echo(f"  time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")
+        be = diag.get("backend")
+        if be:
+            tr = be["traffic"]
+            click.echo(f"  backend   {be['backend']}: {be['shards']} shards on {be['workers']} worker(s); per step "
+                       f"{tr['bytes_down_per_step']:.0f} B down, {tr['bytes_up_per_step']:.0f} B up")
     if out:
         click.echo(f"record    {out}")
     diag = rec.get("diagnostics") or {}
@@ -444,31 +490,35 @@ def _model_line(mo: dict) -> str:
 @cli.command()
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("--data", required=True, help="records to predict: a file (.svm/.csv/.npz) or a data-set name")
+@click.option("--features", type=click.IntRange(min=1), default=None,
+              help="an svmlight file's width when it omits trailing all-zero features (must be the model's) "
+                   "[default: read off the file, which must then reach the model's width]")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
               help="write the CSV here [default: print to stdout]: 'prediction,margin' for a binary model, "
-                   "'prediction' (class labels; values in the target's units for regression) otherwise")
+                   "'prediction' (class labels; values in the target's units for regression) otherwise; an "
+                   "existing file is never replaced: the output goes to the next free name FILE-N.csv (see --force)")
+@click.option("--force", is_flag=True, help="replace an existing --out file")
 @click.option("--proba", is_flag=True, help="add one column of probabilities per class (p_LABEL; logistic and "
                                             "softmax models)")
 @user_errors
-def predict(model, data, out, proba):
+def predict(model, data, features, out, force, proba):
     """Predict with a released model (a dpreg run record) on new records."""
-    from .data import Schema
-    from .model import load_model, prediction_table, write_predictions
-    from .pipeline import load_data
+    from .model import load_for_model, load_model, prediction_table, write_predictions
     from .results import check_writable
 
     mdl = load_model(model)
     if out is not None:
         check_writable(out)
-    loaded = load_data(data, schema=Schema(mdl.n_features, mdl.zero_based), split_seed=0)
+    loaded = load_for_model(mdl, data, features=features)
     header, rows = prediction_table(mdl, loaded.X, proba=proba)
     if out is None:
         click.echo(",".join(header))
         for r in rows:
             click.echo(",".join(r))
     else:
-        write_predictions(out, header, rows)
-        click.echo(f"{len(rows)} predictions written to {out}", err=True)
+        written = write_predictions(out, header, rows, replace=force)
+        if not _quiet_everywhere():
+            click.echo(f"{len(rows)} predictions written to {written}", err=True)
 
 
 @cli.command()

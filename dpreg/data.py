@@ -81,15 +81,16 @@ class LabelMap:
                 raise DataError(f"{where}: the two declared labels must differ, got {neg:g},{pos:g}")
             return LabelMap(neg, pos, "declared")
         vals = np.unique(y)
+        hint = (" (a CSV file's label is its FIRST column; put the label column first)"
+                if ".csv" in where.lower() else "")
         if len(vals) == 1:
-            raise DataError(f"{where}: labels have one class only ({vals[0]:g}); need two")
+            raise DataError(f"{where}: labels have one class only ({vals[0]:g}); need two{hint}")
         if len(vals) == 2 and set(vals.tolist()) <= {-1.0, 1.0}:
             return LabelMap(-1.0, 1.0, "fixed")
         if len(vals) == 2 and set(vals.tolist()) <= {0.0, 1.0}:
             return LabelMap(0.0, 1.0, "fixed")
         if len(vals) != 2:
             shown = ", ".join(f"{v:g}" for v in vals[:5]) + (", ..." if len(vals) > 5 else "")
-            hint = " (a CSV file's label is its FIRST column)" if ".csv" in where.lower() else ""
             if np.all(vals == np.floor(vals)) and len(vals) <= 1000:
                 hint += "; for K classes use --loss softmax (and declare them: --labels a,b,c)"
             raise DataError(f"{where}: labels are not binary ({len(vals)} distinct values: {shown}){hint}")
@@ -133,7 +134,9 @@ class ClassMap:
             return ClassMap(vals, "declared")
         vals = np.unique(y)
         if len(vals) < 2:
-            raise DataError(f"{where}: labels have one class only ({vals[0]:g}); need two or more")
+            hint = (" (a CSV file's label is its FIRST column; put the label column first)"
+                    if ".csv" in where.lower() else "")
+            raise DataError(f"{where}: labels have one class only ({vals[0]:g}); need two or more{hint}")
         return ClassMap(tuple(float(v) for v in vals), "inferred")
 
     @property
@@ -272,6 +275,9 @@ def _load_svmlight(path, n_features: int | None, zero_based: bool | None):
     if zero_based is None:
         inferred["zero_based"] = info["zero_based_inferred"]
     if n_features is None:
+        from .limits import check_inferred_width
+
+        check_inferred_width(int(X.shape[1]), path, int(X.shape[0]))
         inferred["n_features"] = int(X.shape[1])
     return X, np.asarray(y, dtype=np.float64), inferred
 

@@ -392,6 +392,9 @@ class Selector(ABC):
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     params: ClassVar[tuple[ParamSpec, ...]] = ()
+    #: whether it works on sparse (CSR) records: it reads the data only through
+    #: the problem's methods, which have CSR kernels (else ``--select`` refuses sparse data)
+    sparse_data: ClassVar[bool] = False
 
 
 # ----------------------------------------------------------------------- algorithm

@@ -11,6 +11,7 @@ release: it costs no privacy.  ``dpreg predict MODEL --data FILE`` and
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +74,7 @@ class Model:
             if (kind == "linear" and w.shape != (need,)) or w.ndim != 1 or not np.all(np.isfinite(w)):
                 raise DpregError("model weights must be a vector of finite numbers "
                                  f"({need} for this linear model)")
+            _check_width(model, prep, kind)
             return cls(w, prep, str(model["loss"]), classifier, model.get("label_map"),
                        model.get("zero_based"), kind, model.get("loss_spec"), task, K,
                        TargetTransform.from_dict(model.get("target")))
@@ -121,7 +123,12 @@ class Model:
         if self.task == "multiclass":
             loss = bind_classes(loss, self.n_classes)
         y0 = np.zeros(Xt.shape[0])
-        return make_problem(loss, Xt, y0).decision_function(self.weights, Xt)
+        problem = make_problem(loss, Xt, y0)
+        if getattr(problem, "d", len(self.weights)) != len(self.weights):
+            raise DpregError(f"model weights: {len(self.weights)} values, but {self.loss_spec or self.loss} on "
+                             f"{self.n_features} features has {problem.d} parameters (the record was edited "
+                             f"or damaged)")
+        return problem.decision_function(self.weights, Xt)
 
     def predict(self, X) -> np.ndarray:
         """Predicted labels in the training data's raw label values (binary:
@@ -161,6 +168,58 @@ class Model:
         e = np.exp(m[~pos])
         p[~pos] = e / (1.0 + e)
         return np.column_stack([1.0 - p, p])
+
+
+def _check_width(model: dict, prep: Preprocessing, kind: str) -> None:
+    """DpregError unless the model's stated width agrees with its
+    preprocessing (``n_features``) and, for a linear model, its ``coef``."""
+    stated = model.get("n_features")
+    if stated is not None and stated != prep.n_features:
+        raise DpregError(f"model n_features = {stated!r} disagrees with its preprocessing "
+                         f"({prep.n_features} features): the record was edited or damaged")
+    coef = model.get("coef")
+    width = np.shape(coef)[-1] if kind == "linear" and coef is not None and np.ndim(coef) >= 1 else None
+    if width is not None and width != prep.n_features:  # a vector, or K rows for K classes
+        raise DpregError(f"model coef has {width} values per class for {prep.n_features} features: the record "
+                         f"was edited or damaged")
+
+
+def load_for_model(model: Model, data, *, features: int | None = None):
+    """Raw records to predict on with ``model`` (a :class:`dpreg.pipeline.Loaded`),
+    refused (DataError, one line) unless their width is the model's.
+
+    Files with explicit columns (CSV, .npz) and data-set names must have
+    exactly the model's features.  An svmlight file states no width, so its
+    width is read off it (the largest index, in the model's index base) and
+    must be the model's too: a narrower file is another feature space far
+    more often than one that omits trailing all-zero features, and padding
+    it with zeros would predict nonsense.  ``features`` (``dpreg predict
+    --features D``) declares an svmlight file's width - the model's - for a
+    file that does omit trailing features."""
+    from .data import Schema, is_svmlight_path
+    from .errors import DataError
+    from .pipeline import load_data
+
+    d = model.n_features
+    if features is not None and features != d:
+        raise DataError(f"--features {features}: the model has {d} features; prediction data must have the same")
+    svmlight = isinstance(data, str) and os.path.isfile(data) and is_svmlight_path(data)
+    if svmlight and features is None:
+        loaded = load_data(data, schema=Schema(None, model.zero_based), split_seed=0)
+        width = loaded.X.shape[1]
+        if width > d:
+            raise DataError(f"{data}: has feature index {width - (0 if model.zero_based else 1)}, beyond the "
+                            f"model's {d} features")
+        if width < d:
+            raise DataError(f"{data}: its largest feature index makes {width} features, but the model has {d}: "
+                            f"another feature space? (if the file omits trailing all-zero features, declare its "
+                            f"width: --features {d})")
+        return loaded
+    loaded = load_data(data, schema=Schema(d, model.zero_based), split_seed=0)
+    width = loaded.X.shape[1] if getattr(loaded.X, "ndim", 2) == 2 else None
+    if width != d:
+        raise DataError(f"{data}: {width} features, but the model has {d}")
+    return loaded
 
 
 def load_model(path_or_record) -> Model:
@@ -206,8 +265,15 @@ def prediction_table(model: Model, X, *, proba: bool = False) -> tuple[list[str]
     return header, [list(r) for r in zip(*cols)]
 
 
-def write_predictions(path: str, header: list[str], rows: list[list[str]]) -> None:
-    """The CSV of :func:`prediction_table`, written atomically."""
-    from .results import write_atomic
+def write_predictions(path: str, header: list[str], rows: list[list[str]], *, replace: bool = False) -> str:
+    """The CSV of :func:`prediction_table`, written atomically to ``path``
+    (``replace``) or, as ``dpreg run`` writes records, to the first free name
+    ``path``, ``<stem>-1<suffix>``, ... (never replacing a file); returns the
+    name written."""
+    from .results import write_atomic, write_new
 
-    write_atomic(path, "\n".join([",".join(header)] + [",".join(r) for r in rows]))
+    text = "\n".join([",".join(header)] + [",".join(r) for r in rows])
+    if replace:
+        write_atomic(path, text)
+        return path
+    return write_new(path, text)

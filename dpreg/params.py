@@ -8,6 +8,7 @@ in its ``resolve`` step.  ``dpreg info NAME`` prints the specs.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -50,16 +51,12 @@ class ParamSpec:
                     raise ValueError(raw)
                 value: Any = low in {"1", "true", "yes"}
             elif self.type == "int":
-                f = float(raw)  # accepts "1e4"
-                if not math.isfinite(f) or f != int(f):
-                    raise ValueError(raw)
-                value = int(f)
+                value = parse_int(raw)
             else:
                 value = _TYPES[self.type](raw)
         except (TypeError, ValueError):
-            raise ParameterError(
-                f"parameter {self.name!r} expects {self.type}, got {raw!r}"
-            ) from None
+            what = "an integer (digits, not a float such as 1e6)" if self.type == "int" else self.type
+            raise ParameterError(f"parameter {self.name!r} expects {what}, got {raw!r}") from None
         if self.type in ("float", "int"):
             if isinstance(value, float) and not math.isfinite(value):
                 raise ParameterError(f"parameter {self.name!r} must be finite, got {raw!r}")
@@ -73,6 +70,38 @@ class ParamSpec:
                 f"parameter {self.name!r} must be one of {', '.join(self.choices)}; got {raw!r}"
             )
         return value
+
+
+def parse_int(raw: Any) -> int:
+    """An integer parameter's value: a Python or numpy integer, or a string
+    of digits (``"1000"``, ``"1_000"``, ``"-3"``).  A float or a float's
+    spelling (``1e12``, ``"1e12"``, ``100.0``) is a ValueError: an integer
+    count written as a float is usually a mistake of magnitude, and ``1e12``
+    read as 10^12 steps would run for days."""
+    import numpy as np
+
+    if isinstance(raw, bool):
+        raise ValueError(raw)
+    if isinstance(raw, (int, np.integer)):
+        return int(raw)
+    if isinstance(raw, str) and re.fullmatch(r"[+-]?[0-9](_?[0-9])*", raw.strip()):
+        return int(raw.strip())
+    raise ValueError(raw)
+
+
+def params_dict(params: Any, what: str = "params") -> dict[str, Any]:
+    """``params`` as a dict: a dict (copied), a list or tuple of ``"key=value"``
+    strings (:func:`parse_pairs`), or None (empty); anything else - a single
+    string included - is a ParameterError naming the accepted forms."""
+    if params is None:
+        return {}
+    if isinstance(params, dict):
+        return dict(params)
+    if isinstance(params, (list, tuple)) and all(isinstance(p, str) for p in params):
+        return parse_pairs(params)
+    hint = f" (a list: [{params!r}])" if isinstance(params, str) else ""
+    raise ParameterError(f"{what} must be a dict {{name: value}} or a list of 'key=value' strings, "
+                         f"got {type(params).__name__}{hint}")
 
 
 def parse_pairs(pairs: Iterable[str]) -> dict[str, str]:
@@ -172,7 +201,7 @@ def apply_practitioner(cls, params: Any, names: Mapping[str, Any] | None, *, sty
     given together with the parameter it maps to, for a practitioner name
     given as a ``--param`` key, and for ``preset`` on an algorithm that
     declares no preset (its ``theory_note`` says why)."""
-    given = parse_pairs(params) if isinstance(params, (list, tuple)) else dict(params or {})
+    given = params_dict(params)
     names = {k: v for k, v in (names or {}).items() if v is not None}
     algo = getattr(cls, "name", "") or cls.__name__
     specs = {s.name: s for s in cls.params}
@@ -204,11 +233,14 @@ def apply_practitioner(cls, params: Any, names: Mapping[str, Any] | None, *, sty
         if target in given:
             raise ParameterError(f"give either {opt} or {_param_name(target, style)}, not both "
                                  f"({opt} is {algo}'s {target!r})")
+        value = names[key]
+        if specs[target].type == "int" and isinstance(value, float) and value.is_integer():
+            value = int(value)  # a whole number of an option typed float (--epochs 3) for a count (passes)
         try:
-            specs[target].parse(names[key])
+            specs[target].parse(value)
         except ParameterError as exc:
             raise ParameterError(f"{opt} ({algo}'s {target!r}): {exc}") from None
-        given[target] = names[key]
+        given[target] = value
     if "epochs" in given and "steps" in given and "epochs" in specs:
         raise ParameterError(f"give either {option_name('epochs', style)} or {_param_name('steps', style)}, "
                              f"not both (two ways to set the length of a {algo} run)")
@@ -223,7 +255,7 @@ def practitioner_params(algo: str, params: Any, names: Mapping[str, Any] | None,
     where it always was, by the pipeline)."""
     names = {k: v for k, v in (names or {}).items() if v is not None}
     if not names:
-        keys = parse_pairs(params) if isinstance(params, (list, tuple)) else dict(params or {})
+        keys = params_dict(params)
         if "preset" not in keys and not set(keys) & set(PRACTITIONER):
             return params
     from .registry import get_registry

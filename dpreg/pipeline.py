@@ -32,7 +32,7 @@ import numpy as np
 from .accounting import check_budget_args
 from .data import is_sparse, is_svmlight_path
 from .errors import DataError, DpregError, ParameterError
-from .params import bind, parse_pairs
+from .params import bind, params_dict
 from .registry import get_registry
 
 DEFAULTS = {"algo": "adaptive-spider", "noise": "tree", "loss": "auto", "data": "adult"}
@@ -50,6 +50,19 @@ RELATION_TEXT = {
     "add-remove": "zero-out (add/remove with n public): a neighbour replaces one record by a null "
                   "record whose gradient is zero, so n stays public and fixed",
 }
+
+
+#: the least time budget of a costly diagnostic (``RunConfig.diagnostics_budget`` None: the
+#: run's own time, but at least this): below it a budget would only measure Python's overhead
+DIAGNOSTICS_MIN_BUDGET_S = 0.05
+
+
+def diagnostics_budget(given: float | None, run_s: float) -> float:
+    """Seconds the costly diagnostics may take together: ``given``, else the
+    run's own time (at least :data:`DIAGNOSTICS_MIN_BUDGET_S`)."""
+    if given is not None:
+        return float(given)
+    return max(float(run_s), DIAGNOSTICS_MIN_BUDGET_S)
 
 
 def default_delta(n: int) -> float:
@@ -113,6 +126,11 @@ class RunConfig:
     out: str | None = None
     #: True (everything), "light" (counts and accounting, no evaluation) or False (the release alone)
     diagnostics: bool | str = True
+    #: wall seconds the costly diagnostics of the run (the lambda_min certificates of train and
+    #: test, the trajectory's gradient norms) may take together, in equal parts; None: the run's own
+    #: time (at least DIAGNOSTICS_MIN_BUDGET_S), so they cost no more than the run; inf: no limit
+    #: (the non-private optimum is the data set's reference: solved once, then cached)
+    diagnostics_budget: float | None = None
     progress: Callable[[int, int], None] | None = None
     #: privacy warnings (one line each): None raises them with ``warnings.warn`` as
     #: :class:`dpreg.PrivacyWarning`; a callable gets each message instead (the CLI
@@ -125,6 +143,20 @@ class RunConfig:
     #: write ``out`` at the end of the run (the CLI writes it itself, after
     #: printing the summary, so a failing write loses nothing it printed)
     write_record: bool = True
+    #: where the records are held for a data-parallel run (:mod:`dpreg.backends`):
+    #: None or "local" (this process), "dask" (Dask worker processes); data that
+    #: are a directory or glob of shard files always run data-parallel
+    backend: str | None = None
+    #: address of a running Dask scheduler (backend "dask"; None: a LocalCluster)
+    scheduler: str | None = None
+    #: worker processes of the LocalCluster (None: one per shard, at most one per core)
+    workers: int | None = None
+    #: numba threads per worker (None: the cores shared out over the workers)
+    worker_threads: int | None = None
+    #: memory limit per LocalCluster worker (bytes or a string such as "2GiB"; None: Dask's share)
+    worker_memory: Any = None
+    #: seconds to reach the scheduler before giving up
+    scheduler_timeout: float = 10.0
 
 
 def _parse_name_options(spec: str) -> tuple[str, dict]:
@@ -241,7 +273,16 @@ def load_data(spec, *, schema, split_seed: int, test: bool = False) -> Loaded:
             f"no data set or file named {spec!r}; built-in data sets: {', '.join(reg.names('dataset'))}"
         )
     X, y, inferred = load_file(spec, schema if isinstance(schema, Schema) else Schema())
-    return Loaded(X, y, os.path.abspath(spec), schema=schema, inferred=inferred)
+    return Loaded(X, y, public_file_name(spec), schema=schema, inferred=inferred)
+
+
+def public_file_name(path: str) -> str:
+    """How a data file is named in a run's release and messages: its base
+    name.  The release is published; the absolute path - or a relative one,
+    which depends on where the command ran - would tell readers the user's
+    directory layout (account, project and folder names) and mean nothing on
+    their machine, while the base name still says which file it was."""
+    return os.path.basename(os.path.normpath(path)) or path
 
 
 def load_prepared(spec, *, seed: int = 0, labels: str = "binary", d: int | None = None, test: bool = False):
@@ -266,7 +307,7 @@ def _validate(cfg: RunConfig, reg):
     noise_name = cfg.noise or ((algo_cls.default_noise or ("tree" if "tree" in reg.names("noise") else "gaussian"))
                                if algo_cls.uses_noise else None)
     noise_cls = reg.get("noise", noise_name) if noise_name else None
-    given = parse_pairs(cfg.params) if isinstance(cfg.params, (list, tuple)) else dict(cfg.params)
+    given = params_dict(cfg.params)
     params = bind(algo_cls.params, given, f"algorithm {cfg.algo!r}")
     check_budget_args(cfg.epsilon, cfg.delta if cfg.delta is not None else 0.5)
     for name in ("seed", "split_seed"):
@@ -275,6 +316,10 @@ def _validate(cfg: RunConfig, reg):
             continue
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
             raise ParameterError(f"{name.replace('_', '-')} must be an integer >= 0, got {v!r}")
+    if cfg.diagnostics_budget is not None and not (
+            isinstance(cfg.diagnostics_budget, (int, float)) and not isinstance(cfg.diagnostics_budget, bool)
+            and cfg.diagnostics_budget >= 0 and not math.isnan(cfg.diagnostics_budget)):
+        raise ParameterError(f"diagnostics budget must be a number of seconds >= 0, got {cfg.diagnostics_budget!r}")
     if cfg.alpha is not None and not (isinstance(cfg.alpha, (int, float)) and cfg.alpha > 0):
         raise ParameterError(f"alpha must be > 0, got {cfg.alpha}")
     if cfg.test_fraction is not None and cfg.test_data is not None:
@@ -291,9 +336,12 @@ def _validate(cfg: RunConfig, reg):
         raise ParameterError(f"target share must be in (0, 1), got {cfg.target_share!r}")
     if cfg.target_bounds is not None and not (isinstance(cfg.target_bounds, str)
                                               and cfg.target_bounds.strip().lower() in ("auto", "none")):
-        from .tasks import parse_target_bounds
+        from .tasks import parse_target_bounds, predicts_target
 
         parse_target_bounds(cfg.target_bounds)
+        if loss is not None and not predicts_target(loss):  # known before any data is read
+            raise ParameterError(f"--target-bounds applies to regression losses (squared, huber); "
+                                 f"loss {loss.name!r} does not predict its target")
     if cfg.scaling == "private" and not (0 < cfg.scaling_share < 1):
         raise ParameterError(f"scaling share must be in (0, 1), got {cfg.scaling_share!r}")
     sel_cls = sel_opts = None
@@ -478,6 +526,10 @@ def run_pipeline(cfg: RunConfig) -> dict:
     from .problem import make_problem
     from .results import check_writable, to_json, write_atomic
 
+    if runs_data_parallel(cfg):
+        from .backends.pipeline import run_sharded
+
+        return run_sharded(cfg)
     t_start = time.perf_counter()
     warn = privacy_warner(cfg.warn)
     stage = cfg.stage or (lambda name: None)
@@ -486,7 +538,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
     if cfg.out is not None:
         check_writable(cfg.out)
     if cfg.threads is not None:
-        _set_threads(cfg.threads)
+        _set_threads(cfg.threads, cfg.warn)
     root = secret_seed(cfg.seed)  # the pipeline's own mechanisms (scaling, selection)
 
     # ---- data (raw) and the public schema
@@ -554,7 +606,7 @@ def run_pipeline(cfg: RunConfig) -> dict:
             yte = target.apply(yte)
     scaling_info = None
     if is_sparse(X):
-        if sel_cls is not None:
+        if sel_cls is not None and not getattr(sel_cls, "sparse_data", False):
             raise ParameterError(f"--select {cfg.select} needs dense data; this data set is sparse")
         if cfg.scaling in ("bounds", "private"):
             raise ParameterError(f"--scaling {cfg.scaling} maps features into [-1, 1], which fills in a "
@@ -583,10 +635,15 @@ def run_pipeline(cfg: RunConfig) -> dict:
     X = prep.transform(X, where=f"data {tr.description}", in_place=tr.owned or X is not tr.X)  # the caller's: never
     if Xte is not None:
         Xte = prep.transform(Xte, where="test data", in_place=Xte is not callers_test_X)
+    if own_model and is_sparse(X):  # its kernels read dense rows: the copy must fit
+        from .limits import check_dense_copy
+
+        check_dense_copy((X.shape[0] + (0 if Xte is None else Xte.shape[0]), X.shape[1]), f"loss {cfg.loss!r}")
     problem = make_problem(loss, X, y, name=tr.description, row_bound=prep.row_bound)
     test_problem = (make_problem(loss, Xte, yte, name=test_desc, row_bound=prep.row_bound)
                     if Xte is not None else None)
     check_algorithm_fits(algo_cls, params, problem, loss_spec)
+    check_size(problem, algo_cls, params, cfg)
 
     # ---- compile (or load cached) kernels before timing the run
     stage("loading kernels (compiled on the first run only)")
@@ -661,12 +718,50 @@ def run_pipeline(cfg: RunConfig) -> dict:
     return record
 
 
-def _set_threads(k: int) -> None:
+def check_size(problem, algo_cls, params: dict, cfg: RunConfig) -> None:
+    """Refuse, before anything of the model's size is allocated, a run whose
+    estimated work or memory is out of reach (:func:`dpreg.limits.check_run_size`:
+    public n, d and the run lengths given)."""
+    from .limits import check_run_size
+
+    threads = cfg.threads or os.cpu_count() or 1
+    loss = cfg.loss if isinstance(cfg.loss, str) and ":" in cfg.loss else ""
+    check_run_size(problem, algo_cls, params, threads=threads, what=loss)
+
+
+def runs_data_parallel(cfg: RunConfig) -> bool:
+    """Whether ``cfg`` runs on sharded data (:mod:`dpreg.backends`): its data
+    are a directory or glob of shard files, or its backend is "dask" (or it
+    names a scheduler) - the backend of the data, for algorithms that have no
+    backend parameter of their own (distributed-spider has)."""
+    from .backends.shards import looks_sharded
+
+    if cfg.backend not in (None, "local", "dask"):
+        raise ParameterError(f"backend must be local or dask, got {cfg.backend!r}")
+    return looks_sharded(cfg.data) or cfg.backend == "dask" or cfg.scheduler is not None
+
+
+def _set_threads(k: int, warn=None) -> None:
+    """numba's thread count for the kernels: ``k``, or at most the threads
+    numba started (``NUMBA_NUM_THREADS``, the cores by default) - saying so,
+    through ``warn`` (the CLI's one-line warnings) or a DpregWarning."""
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise ParameterError(f"threads must be an integer >= 1, got {k!r}")
     import numba
 
-    numba.set_num_threads(min(int(k), int(numba.config.NUMBA_NUM_THREADS)))
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    if k > top:
+        msg = (f"threads={int(k)}: numba runs at most {top} thread{'s' if top != 1 else ''} here "
+               f"(NUMBA_NUM_THREADS, by default the {os.cpu_count()} cores); using {top}")
+        if callable(warn):
+            warn(msg)
+        elif warn is not False:
+            import warnings
+
+            from .errors import DpregWarning
+
+            warnings.warn(msg, DpregWarning, stacklevel=3)
+    numba.set_num_threads(min(int(k), top))
 
 
 def model_dict(w: np.ndarray, loss, prep, label_map, zero_based: bool | None = None,
@@ -885,6 +980,22 @@ def _solve_optimum(problem, max_iter: int):
     return w if np.all(np.isfinite(w)) else None
 
 
+def _a_reference(problem, w_np, base: dict):
+    """The non-private optimum as the diagnostics' reference, or None (with a
+    note in ``base``) when the solver did not improve on w = 0: a loss that is
+    flat or has a kink at the origin (ramp: every margin 0, subgradient 0)
+    stops it there, and a model with every margin 0 is no reference (its
+    accuracy is 0: every prediction a tie)."""
+    if w_np is None:
+        return None
+    zero = base.get("train_loss_at_zero")
+    if zero is not None and not float(problem.value(w_np)) < zero - 1e-12:
+        base["nonprivate_reference"] = ("none: L-BFGS from w = 0 did not improve on w = 0 (the loss is flat "
+                                        "or not differentiable there)")
+        return None
+    return w_np
+
+
 def _regression_diagnostics(problem, test_problem, w, w_np, targets, guarded) -> tuple[dict, dict]:
     """(metrics, baselines) of a regression model in the user's units: R^2
     and RMSE of the release (train, test), of the non-private optimum, and the
@@ -935,12 +1046,20 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
             errors.append(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
             return None
 
-    ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train")) or {})
+    # the costly diagnostics of the run (the lambda_min certificates, the trajectory) share this many
+    # seconds, in equal parts; the non-private optimum is the data set's, solved once (cached)
+    budget = diagnostics_budget(cfg.diagnostics_budget, timing["run_s"])
+    parts = 2 + (test_problem is not None)
+    lim = None if math.isinf(budget) else budget / parts
+    ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train",
+                                                                 lambda_budget_s=lim)) or {})
     base.update(guarded("train baselines", lambda: _baselines(problem, "train")) or {})
     if test_problem is not None:
-        ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test")) or {})
+        ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test",
+                                                                   lambda_budget_s=lim)) or {})
         base.update(guarded("test baselines", lambda: _baselines(test_problem, "test")) or {})
     w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem, public=public_data))
+    w_np = _a_reference(problem, w_np, base)
     if w_np is not None:
         base["nonprivate_train_loss"] = float(problem.value(w_np))
         if problem.loss.classifier:
@@ -958,11 +1077,18 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
     traj = out.info.pop("trajectory", None)
     tr_summary = traj.summary() if traj is not None else {}
     if traj is not None:
-        cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates))
+        cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates,
+                                                                         budget_s=lim))
         if cp is not None:
+            cp.update(guarded("trajectory values", lambda: metrics.checkpoint_values(
+                problem, cp["steps"], traj.steps, traj.iterates)) or {})
             tr_summary["checkpoints"] = cp
     G, M, rho = problem.constants()
-    timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads())
+    # the certificates' wall times go with the timings (the rest of the record is the same for the same seed)
+    lam_s = {p: (ev.get(f"{p}_lambda_min_status") or {}).pop("seconds", None) for p in ("train", "test")}
+    timing = dict(timing, eval_s=time.perf_counter() - t0, threads=_threads(),
+                  diagnostics_budget_s=None if math.isinf(budget) else budget,
+                  lambda_min_s={p: v for p, v in lam_s.items() if v is not None})
     return {
         "non_private": True,
         "note": DIAGNOSTICS_NOTE,

@@ -197,24 +197,45 @@ def private_scales(X: np.ndarray, accountant, rng: np.random.Generator, epsilon:
     ``max(1, 6 z factor sqrt(d) / AUTO_PRIVATE_MAX_LOG_STD)`` (too few
     non-zeros for a useful estimate) gets scale 1.  Returns ``(lower, upper, info)``.
     """
-    from .accounting import gaussian_event
-    from .interfaces import Participation, charge
-
     X = np.asarray(X, dtype=np.float64)
-    n, d = X.shape
-    view = accountant.view(epsilon, accountant.delta)
-    z = view.calibrate(scale_event)
-    f = accountant.sensitivity_factor
-    bound = max(abs(LOG_RANGE[0]), abs(LOG_RANGE[1]))
-    sums = np.zeros(d)
-    counts = np.zeros(d)
-    for lo in range(0, n, 8192):  # no (n x d) temporary beyond a block
-        B = X[lo:lo + 8192]
+    sums, counts = scale_statistics(X, np.zeros(X.shape[1]), np.zeros(X.shape[1]))
+    return release_scales(sums, counts, X.shape[1], accountant, rng, epsilon)
+
+
+#: rows per block of :func:`scale_statistics` (its temporaries are a block's size)
+SCALE_ROWS = 8192
+
+
+def scale_statistics(X: np.ndarray, sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Add the records of ``X`` to the two sums :func:`private_scales`
+    releases - per feature, ``clip(log10|x_ij|, -6, 6)`` over non-zeros, and
+    the non-zero count - in blocks of :data:`SCALE_ROWS` rows, in place; returns
+    ``(sums, counts)``.  Called on consecutive row ranges whose lengths are
+    multiples of the block (the last aside), it adds in the same order as
+    one call on their concatenation (a sharded source's shards are read so)."""
+    n = X.shape[0]
+    for lo in range(0, n, SCALE_ROWS):  # no (n x d) temporary beyond a block
+        B = X[lo:lo + SCALE_ROWS]
         nz = B != 0
         with np.errstate(divide="ignore"):
             lg = np.clip(np.log10(np.abs(B)), *LOG_RANGE)
         sums += np.where(nz, lg, 0.0).sum(axis=0)
         counts += nz.sum(axis=0)
+    return sums, counts
+
+
+def release_scales(sums: np.ndarray, counts: np.ndarray, d: int, accountant, rng: np.random.Generator,
+                   epsilon: float) -> tuple[list[float], list[float], dict]:
+    """The noisy release of :func:`private_scales` from the records' sums
+    (:func:`scale_statistics`): calibrated to ``epsilon`` of ``accountant``,
+    charged before the two releases; returns ``(lower, upper, info)``."""
+    from .accounting import gaussian_event
+    from .interfaces import Participation, charge
+
+    view = accountant.view(epsilon, accountant.delta)
+    z = view.calibrate(scale_event)
+    f = accountant.sensitivity_factor
+    bound = max(abs(LOG_RANGE[0]), abs(LOG_RANGE[1]))
     out = []
     for vec, sens in ((sums, f * bound * math.sqrt(d)), (counts, f * math.sqrt(d))):
         charge(view, gaussian_event(z), Participation.all(), label="private feature scales")

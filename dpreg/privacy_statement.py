@@ -21,7 +21,64 @@ def load_statement(path: str) -> dict:
     rel = rec.get("release", rec) if isinstance(rec, dict) else None
     if not isinstance(rel, dict) or "privacy" not in rel or "config" not in rel:
         raise DpregError(f"{path} is not a dpreg run record (no release.privacy)")
+    check_statement(rel, path)
     return rel
+
+
+def _number(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_statement(release: dict, where: str) -> None:
+    """DpregError (one line, naming the field) unless the release's privacy
+    statement is one dpreg could have written: epsilon finite and >= 0, at
+    most the budget (finite, > 0), delta in [0, 1), n a positive integer,
+    the randomness mode, the texts strings, every mechanism's multiplier
+    finite and > 0 and its epsilon share finite and >= 0.  A record edited
+    into an impossible claim (epsilon = -5, NaN, delta = 7) is refused, never
+    rendered as a guarantee."""
+    pr, c = release.get("privacy"), release.get("config")
+
+    def bad(field, value, want):
+        raise DpregError(f"{where}: release.{field} = {value!r} is not {want}: not a statement dpreg "
+                         f"writes (the record was edited or damaged)")
+
+    if not isinstance(pr, dict) or not isinstance(c, dict):
+        raise DpregError(f"{where} is not a dpreg run record (release.privacy and release.config must be tables)")
+    eps, budget, delta, n = pr.get("epsilon"), pr.get("epsilon_budget"), pr.get("delta"), pr.get("n")
+    if not _number(budget) or budget <= 0:
+        bad("privacy.epsilon_budget", budget, "a finite number > 0")
+    if not _number(eps) or eps < 0:
+        bad("privacy.epsilon", eps, "a finite number >= 0")
+    if eps > budget * (1 + 1e-9) + 1e-12:
+        bad("privacy.epsilon", eps, f"at most the budget {budget:g}")
+    if not _number(delta) or not 0 <= delta < 1:
+        bad("privacy.delta", delta, "a number in [0, 1)")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        bad("privacy.n", n, "a positive integer")
+    if pr.get("randomness") not in ("secret", "seeded"):
+        bad("privacy.randomness", pr.get("randomness"), "'secret' or 'seeded'")
+    for k in ("unit", "relation_text", "accountant", "randomness_note"):
+        if not isinstance(pr.get(k), str):
+            bad(f"privacy.{k}", pr.get(k), "a text")
+    if not isinstance(pr.get("not_covered", []), list):
+        bad("privacy.not_covered", pr.get("not_covered"), "a list")
+    mechs = pr.get("mechanisms", [])
+    if not isinstance(mechs, list):
+        bad("privacy.mechanisms", mechs, "a list")
+    for i, m in enumerate(mechs):
+        if not isinstance(m, dict) or not isinstance(m.get("what"), str) or not isinstance(m.get("noise"), str):
+            bad(f"privacy.mechanisms[{i}]", m, "a table with texts 'what' and 'noise'")
+        z, share = m.get("noise_multiplier"), m.get("epsilon_share")
+        if z is not None and (not _number(z) or z <= 0):
+            bad(f"privacy.mechanisms[{i}].noise_multiplier", z, "a finite number > 0")
+        if share is not None and (not _number(share) or share < 0):
+            bad(f"privacy.mechanisms[{i}].epsilon_share", share, "a finite number >= 0")
+    for k in ("algo", "data", "loss"):
+        if not isinstance(c.get(k), str):
+            bad(f"config.{k}", c.get(k), "a text")
 
 
 def render(release: dict, width: int = 88) -> str:

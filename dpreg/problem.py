@@ -429,6 +429,34 @@ class Problem:
         return self._fast(self._k.clipped_hessian_sum, len(ix) * self.d * self.d)(
             self.X, self.y, ix, w, self._refs[2], _inner(clip))
 
+    def clipped_hessian_operator(self, w: np.ndarray, idx: np.ndarray | None, clip: float):
+        """``(matmat, n_clipped)``: :meth:`clipped_hessian_sum` in factored form,
+        ``matmat(V) = sum_i s_i h_i x_i (x_i^T V)`` for a (d, k) block ``V``
+        (two products with the rows, no d x d matrix: the matrix-free
+        trust-region step), with the same per-record rule - ``h_i =
+        d2phi(<x_i, w>, y_i)`` scaled by ``s_i`` to operator (and Frobenius)
+        norm ``|s_i h_i| |x_i|^2 <= clip`` - so it is the same sum applied to V.
+        numpy; the loss's plain ``d2phi`` runs per record from Python (as
+        :meth:`_exact_hessian_sum`)."""
+        w = self._vec(w)
+        ix = self._idx(idx)
+        Xb = self.X if ix is self.all_rows else self.X[ix]
+        m = np.asarray(Xb @ w, dtype=np.float64).ravel()
+        xx = self._nx[ix]
+        h = np.frompyfunc(type(self.loss).d2phi, 2, 1)(m, self.y[ix]).astype(np.float64)
+        # the kernel's rule: |h| |x|^2 (with its rounding margin) above the clip scales the term to the clip
+        op = np.abs(h) * xx * (1.0 + (self.d + 4) * 2.0 ** -51)
+        c = _inner(clip)
+        over = ~(op <= c)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            h = np.where(over, np.where(op < np.inf, h * (c / op), 0.0), h)
+
+        def matmat(V):
+            V = np.asarray(V, dtype=np.float64)
+            return np.asarray(Xb.T @ (h[:, None] * np.asarray(Xb @ V, dtype=np.float64)), dtype=np.float64)
+
+        return matmat, int(np.count_nonzero(over))
+
     # ------------------------------------------------- exact (evaluation) quantities
     def decision_function(self, w: np.ndarray, X: np.ndarray | None = None) -> np.ndarray:
         """Margins <x, w> for the rows of X (default: this problem's)."""

@@ -81,6 +81,46 @@ def free_name(path: str) -> str:
     return f"{stem}-{k}{suffix}"
 
 
+def write_new(path: str, text) -> str:
+    """Write ``text`` (as :func:`write_atomic`) to ``path``, or to the first
+    free ``<stem>-N<suffix>`` when a file is there, and return the name
+    written; an existing file is never replaced, even by a concurrent writer.
+    The whole text goes to a temporary file in the same directory that is
+    then hard-linked to the name (``link`` fails when the name exists, so two
+    processes never get the same name and a reader never sees a partial
+    file).  Where the file system has no hard links, the name is reserved
+    with ``O_CREAT | O_EXCL`` and the temporary file renamed onto it."""
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    fd, tmp = tempfile.mkstemp(prefix=".dpreg-", suffix=".tmp", dir=d)  # created 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.write("\n")
+        os.chmod(tmp, 0o666 & ~_umask())
+        stem, suffix = os.path.splitext(path)
+        k = 0
+        while True:
+            name = path if k == 0 else f"{stem}-{k}{suffix}"
+            try:
+                os.link(tmp, name)
+                return name
+            except FileExistsError:
+                k += 1
+            except OSError:  # no hard links here (some network or FAT file systems): reserve, then rename
+                try:
+                    os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+                except FileExistsError:
+                    k += 1
+                    continue
+                os.replace(tmp, name)
+                return name
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def write_atomic(path: str, text, *, private: bool = False) -> None:
     """Write ``text`` (a str, written with a final newline, or a function
     that writes bytes to the binary file object it is given) to ``path`` via a

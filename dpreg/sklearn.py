@@ -97,7 +97,8 @@ def _run(est, X, y, *, loss: str, labels, task: str, extra: dict):
         delta=est.delta, accountant=est.accountant, params=params,
         seed=est.random_state, intercept=intercept,
         scaling="bounds" if est.bounds is not None else est.scaling, bounds=est.bounds,
-        labels=labels, task=task, diagnostics=est.diagnostics, warn=warn, **extra))
+        labels=labels, task=task, diagnostics=est.diagnostics, warn=warn, backend=getattr(est, "backend", None),
+        scheduler=getattr(est, "scheduler", None), workers=getattr(est, "workers", None), **extra))
 
 
 def _fitted_release(est, rec) -> None:
@@ -127,12 +128,18 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                      ``noise_multiplier`` fixes the multiplier, refused if over the budget)
     fit_intercept:   a bias coordinate (K for K classes) inside every clipped per-record gradient
                      (a network has its own biases: it ignores this)
-    scaling, bounds: per-feature map, as ``dpreg run --scaling`` ("auto": private scales where
-                     they pay, else none; "none"; "bounds" with ``bounds=(lower, upper)`` lists of
-                     public per-feature bounds; "private")
+    scaling, bounds: per-feature map, as ``dpreg run --scaling`` ("auto", the default: the rule
+                     ``dpreg.run`` follows for arrays - private scales where they pay, else none;
+                     "none"; "bounds" with ``bounds=(lower, upper)`` lists of public per-feature
+                     bounds; "private")
     classes:         the class labels in order, declared (public input; two: negative, positive);
                      None: read off ``y`` (stated in ``privacy_``, with a PrivacyWarning)
     random_state:    None (secret OS entropy) or a research seed
+    backend, scheduler, workers:
+                     where the records are held while fitting: None/"local" (this process) or
+                     "dask" (cut into ``workers`` shards held by Dask worker processes - a
+                     LocalCluster, or the running ``scheduler``; per-shard clipped sums, the
+                     noise added once here: :mod:`dpreg.backends`)
     diagnostics:     False (the default: the fitted estimator holds the release alone), "light"
                      (adds counts and accounting) or True (adds metrics on the training data too):
                      non-private, as ``dpreg run``'s record labels them
@@ -150,7 +157,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                  bounds: tuple | None = None, classes: tuple | None = None, random_state: int | None = None,
                  epochs: float | None = None, lr: float | None = None, batch_size: int | None = None,
                  max_grad_norm: float | None = None, noise_multiplier: float | None = None,
-                 diagnostics: bool | str = False):
+                 diagnostics: bool | str = False, backend: str | None = None, scheduler: str | None = None,
+                 workers: int | None = None):
         self.algorithm = algorithm
         self.noise = noise
         self.loss = loss
@@ -169,6 +177,9 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         self.max_grad_norm = max_grad_norm
         self.noise_multiplier = noise_multiplier
         self.diagnostics = diagnostics
+        self.backend = backend
+        self.scheduler = scheduler
+        self.workers = workers
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -29,6 +29,68 @@ if "DPREG_CACHE_DIR" not in os.environ:
 
 
 
+# ---------------------------------------------------------------- the checkout stays clean
+#: what a test session may add to the checkout: interpreter, pytest, hypothesis and numba caches
+#: (numba's *.nbi/*.nbc live in __pycache__), the editable install's metadata and the venv
+SESSION_CACHES = ("__pycache__", ".pytest_cache", ".hypothesis", ".benchmarks", ".venv")
+
+
+@pytest.fixture(autouse=True)
+def _run_in_a_temporary_directory(tmp_path, monkeypatch):
+    """Every test runs with a fresh temporary directory as its working
+    directory: a command that writes its default output (``run.json``, a
+    sweep folder, a plot) writes it there, never into the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
+def _checkout_state() -> set | None:
+    """``git status --porcelain --ignored`` of the checkout (every changed,
+    untracked or ignored path), or None outside a git checkout."""
+    import subprocess
+
+    try:
+        p = subprocess.run(["git", "status", "--porcelain", "--ignored"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(p.stdout.splitlines()) if p.returncode == 0 else None
+
+
+def new_in_checkout(before: set, after: set) -> list[str]:
+    """Paths the session added to the checkout, session caches left out."""
+    out = []
+    for line in sorted(after - before):
+        path = line[3:].strip('"')
+        parts = path.rstrip("/").split("/")
+        if any(p in SESSION_CACHES or p.endswith(".egg-info") for p in parts):
+            continue
+        out.append(path)
+    return out
+
+
+def pytest_sessionstart(session):
+    session.config._dpreg_checkout = _checkout_state()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the session if a test wrote into the checkout (tests write under
+    their temporary directory only)."""
+    before = getattr(session.config, "_dpreg_checkout", None)
+    after = _checkout_state() if before is not None else None
+    if after is None:
+        return
+    new = new_in_checkout(before, after)
+    if new:
+        rep = session.config.pluginmanager.get_plugin("terminalreporter")
+        msg = (f"the test session wrote {len(new)} path(s) into the checkout (tests must write under "
+               f"their temporary directory): {', '.join(new[:10])}")
+        if rep is not None:
+            rep.write_line(msg, red=True)
+        else:
+            print(msg)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def shared_file(name: str) -> Path:
     p = SHARED_DATA / name
     if not p.exists():

@@ -4,8 +4,10 @@ import math
 import dp_accounting as dpa
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from dpreg.accounting import (PldAccountant, RdpAccountant, _atoms, composed, gaussian_event, poisson_sampled,
+from dpreg.accounting import (PldAccountant, RdpAccountant, atoms, composed, gaussian_event, poisson_sampled,
                               self_composed)
 from dpreg.errors import BudgetExceededError, ParameterError
 from dpreg.interfaces import Participation, charge
@@ -119,15 +121,61 @@ def test_sensitivity_factor_by_relation():
 
 
 def test_rdp_curve_of_event_is_dp_accountings():
-    # rdp_of reads dp-accounting's internal curve: guard against a silent change there
-    acc = RdpAccountant(10.0, 1e-5, "add-remove")
-    ev = poisson_sampled(0.1, gaussian_event(1.1))
-    curve = acc.rdp_of(ev)
-    assert curve.shape == acc._orders.shape and np.all(curve >= 0)
+    """rdp_of composes cached elementary curves in dp-accounting's order and with its
+    arithmetic: the curve of dp-accounting's own accountant composed with the whole
+    event, bit for bit, and so the same epsilon."""
+    ev = self_composed(composed([poisson_sampled(0.05, gaussian_event(1.3)),
+                                 self_composed(gaussian_event(3.0), 2)]), 7)
+    acc = RdpAccountant(100.0, 1e-5, "add-remove")
     ref = dpa.rdp.RdpAccountant()
     ref.compose(ev)
-    eps, _ = dpa.rdp.rdp_privacy_accountant.compute_epsilon(acc._orders, curve, 1e-5)
-    assert eps == pytest.approx(ref.get_epsilon(1e-5), rel=1e-12)
+    assert np.array_equal(acc.rdp_of(ev), ref.rdp)
+    assert acc.epsilon_if(ev) == ref.get_epsilon(1e-5)
+    with pytest.raises(ValueError):  # cached curves are read-only
+        acc.rdp_of(ev)[0] = 0.0
+
+
+def _reference_epsilon(charges, delta):
+    """Worst record's epsilon from dp-accounting's own curves: global + sum over passes
+    of the elementwise max over the pass's groups."""
+    def curve(event):
+        ref = dpa.rdp.RdpAccountant()
+        ref.compose(event)
+        return ref.rdp
+
+    glob = curve(dpa.NoOpDpEvent())
+    groups: dict = {}
+    for event, key in charges:
+        if key is None:
+            glob = glob + curve(event)
+        else:
+            groups[key] = groups.get(key, 0) + curve(event)
+    passes: dict = {}
+    for (p, _), c in groups.items():
+        passes[p] = c if p not in passes else np.maximum(passes[p], c)
+    total = glob + sum(passes.values(), np.zeros_like(glob))
+    if not np.any(total):
+        return 0.0
+    return float(dpa.rdp.compute_epsilon(dpa.rdp.RdpAccountant().orders, total, delta)[0])
+
+
+_atoms_st = st.one_of(st.builds(lambda q, z: poisson_sampled(q, gaussian_event(z)),
+                                st.floats(1e-3, 0.6), st.floats(0.4, 30.0)),
+                      st.builds(gaussian_event, st.floats(0.5, 50.0)))
+_events_st = st.builds(lambda a, c: self_composed(a, c) if c > 1 else a, _atoms_st, st.integers(1, 3000))
+_keys_st = st.one_of(st.none(), st.tuples(st.sampled_from([None, "warm", "select"]), st.integers(0, 2)))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(_events_st, _keys_st), min_size=1, max_size=5), st.sampled_from([1e-5, 1e-8, 0.01]))
+def test_epsilon_of_any_charge_history_is_dp_accountings(charges, delta):
+    acc = RdpAccountant(1e9, delta, "add-remove")
+    for event, key in charges:
+        if key is None:
+            acc.charge(event)
+        else:
+            acc.charge(event, key[1], pass_id=key[0])
+    assert acc.epsilon_spent == pytest.approx(_reference_epsilon(charges, delta), rel=1e-12, abs=1e-15)
 
 
 @pytest.mark.parametrize("cls", [RdpAccountant, PldAccountant])
@@ -168,6 +216,18 @@ def test_pld_calibration_never_tries_extreme_noise():
     assert ref.get_epsilon(1e-6) <= 4.0 + 1e-6
 
 
+def _analytic_gaussian_epsilon(z, delta):
+    """Exact epsilon of one Gaussian release with std = z x sensitivity (Balle & Wang
+    2018): the root of Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) - eps z) = delta."""
+    from scipy.optimize import brentq
+    from scipy.stats import norm
+
+    def excess(eps):
+        return norm.cdf(0.5 / z - eps * z) - math.exp(eps) * norm.cdf(-0.5 / z - eps * z) - delta
+
+    return brentq(excess, 0.0, 100.0, xtol=1e-14)
+
+
 @pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
 @pytest.mark.parametrize("cls", [RdpAccountant, PldAccountant])
 def test_gaussian_event_means_std_over_sensitivity_in_every_accountant(cls, relation):
@@ -176,14 +236,14 @@ def test_gaussian_event_means_std_over_sensitivity_in_every_accountant(cls, rela
     z, delta = 1.7, 1e-6
     acc = cls(100.0, delta, relation)
     acc.charge(gaussian_event(z))
-    exact = dpa.get_epsilon_gaussian(z, delta)
+    exact = _analytic_gaussian_epsilon(z, delta)
     if cls is PldAccountant:
         assert acc.epsilon_spent == pytest.approx(exact, rel=2e-3)
     else:  # RDP is an upper bound, and not a loose one for a single Gaussian
         assert exact <= acc.epsilon_spent <= 1.35 * exact
 
 
-# ------------------------------------------------------------ passes (issue 10, finding 6)
+# ------------------------------------------------------------ passes
 def _direct_eps(kind, events, delta, relation="add-remove"):
     """epsilon of ``events`` composed, straight from dp-accounting (no dpreg code)."""
     rel = (dpa.NeighboringRelation.ADD_OR_REMOVE_ONE if relation == "add-remove"
@@ -217,8 +277,8 @@ def test_passes_compose_sequentially_whatever_the_group_names(cls, kind, zs, nam
     """A record is in one group of every pass: its loss is global + its group
     in each pass, so epsilon is that of the worst record's own composition
     (computed here directly with dp-accounting), however the batches are named.
-    On e249807 (no passes) the per-stage names composed the two stages in
-    parallel: it reported max(worst of A, worst of B), far below (checked last)."""
+    Composing the two stages in parallel instead would report max(worst of A,
+    worst of B), far below (checked last)."""
     acc = cls(100.0, 1e-5, "add-remove")
     worst = _two_pass_charges(acc, *names, zs=zs)
     true = _direct_eps(kind, worst, 1e-5)
@@ -290,20 +350,20 @@ def test_fast_cover_check_equals_the_full_one(seed):
     with a second reservation midway, it answers exactly as the full
     composition of the state (_covered_full) before every charge."""
     rng = np.random.default_rng(seed)
-    atoms = [gaussian_event(3.0), gaussian_event(5.0), poisson_sampled(0.1, gaussian_event(4.0))]
+    kinds = [gaussian_event(3.0), gaussian_event(5.0), poisson_sampled(0.1, gaussian_event(4.0))]
     acc = RdpAccountant(200.0, 1e-5, "add-remove")
     checked = 0
     for i in range(400):
         if i % 80 == 0:  # a (new) reservation: the fast path applies again
-            acc.reserve(composed([self_composed(atoms[0], 6), self_composed(atoms[2], 25)]))
-        ev = atoms[rng.choice(3, p=[0.45, 0.1, 0.45])]  # atoms[1] is never reserved: it leaves the reservation
+            acc.reserve(composed([self_composed(kinds[0], 6), self_composed(kinds[2], 25)]))
+        ev = kinds[rng.choice(3, p=[0.45, 0.1, 0.45])]  # kinds[1] is never reserved: it leaves the reservation
         if rng.random() < 0.4:
             key = None
             group = pass_id = None
         else:
             group, pass_id = int(rng.integers(4)), ("p", int(rng.integers(3)))
             key = (pass_id, group)
-        a = _atoms(ev)
+        a = atoms(ev)
         assert acc._covered(a, key) == acc._covered_full(a, key), (seed, i)
         checked += acc._within
         try:
@@ -311,3 +371,38 @@ def test_fast_cover_check_equals_the_full_one(seed):
         except BudgetExceededError:
             pass
     assert checked >= 10  # the fast path was exercised
+
+
+def test_dp_accounting_is_imported_on_first_use_only():
+    """``dpreg --help`` imports no dp-accounting; the first event does."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom dpreg.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(any(m.split('.')[0] == 'dp_accounting' for m in sys.modules))\n"
+            "from dpreg.accounting import gaussian_event\ngaussian_event(1.0)\n"
+            "print(any(m.split('.')[0] == 'dp_accounting' for m in sys.modules))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split()[-2:] == ["False", "True"]
+
+
+@pytest.mark.parametrize("cls", [RdpAccountant, PldAccountant])
+@pytest.mark.parametrize("relation", ["add-remove", "replace-one"])
+def test_pure_dp_events_up_to_epsilon_700(cls, relation):
+    """A pure-DP release of a large epsilon is charged that epsilon (PLD: at most it;
+    RDP: its conversion at the largest order, 0.0035 above it at delta = 1e-5), its
+    curve from dp-accounting's randomized response finite and below it; past 700 the
+    event cannot be represented and is refused."""
+    from dpreg.accounting import pure_dp_event
+
+    for eps0 in (40.0, 300.0, 700.0):
+        ev = pure_dp_event(eps0)
+        assert 0 < ev.noise_parameter < 1e-15
+        acc = cls(1e4, 1e-5, relation)
+        acc.charge(ev)
+        assert 0 < acc.epsilon_spent <= eps0 * (1 + 1e-9) + (0.004 if cls is RdpAccountant else 0.0)
+        if cls is RdpAccountant:
+            assert np.all(np.isfinite(acc.rdp_of(ev))) and np.all(acc.rdp_of(ev) <= eps0 * (1 + 1e-12))
+    with pytest.raises(ParameterError, match="700"):
+        pure_dp_event(701.0)

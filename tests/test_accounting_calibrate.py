@@ -1,5 +1,7 @@
 """Noise calibration (Accountant.calibrate): exact, on the feasible side, and cheap
-(Brent on log z with a process-wide cache of RDP curves)."""
+(the RDP accountant searches order by order on one-order dp-accounting curves, cached
+process-wide, and checks its answer on the whole curve)."""
+import functools
 import math
 
 import dp_accounting as dpa
@@ -7,6 +9,9 @@ import numpy as np
 import pytest
 
 from dpreg import accounting
+from dpreg.accounting import rdp as rdp_module
+from dpreg.accounting.accountant import Accountant
+from dpreg.accounting.calibration import argmin_near, argmin_unimodal
 from dpreg.accounting import (PldAccountant, RdpAccountant, composed, gaussian_event, poisson_sampled,
                               pure_dp_event, self_composed)
 from dpreg.errors import ParameterError
@@ -64,45 +69,137 @@ def test_calibration_from_a_far_start_and_at_the_bounds():
         RdpAccountant(1.0, 1e-5, "add-remove").calibrate(make, high=z / 2)
 
 
-def test_repeated_calibration_and_final_charge_reuse_cached_curves():
+def test_repeated_calibration_and_final_charge_compute_no_new_curve():
     q, T = 0.0123, 700  # a plan no other test uses: its curves start uncached
     make = lambda z: self_composed(poisson_sampled(q, gaussian_event(z)), T)  # noqa: E731
-    before = accounting.rdp_cache_info().misses
     acc = RdpAccountant(1.0, 1e-5, "add-remove")
     z = acc.calibrate(make)
-    first = accounting.rdp_cache_info().misses - before
-    # the search runs on the numpy formula; dp-accounting's curve checks its answer once,
-    # at the one order that decides epsilon (lazy orders: tests/test_accounting_lazy_orders.py)
-    assert first == 1
     again = accounting.rdp_cache_info().misses
     z2 = RdpAccountant(1.0, 1e-5, "add-remove").calibrate(make)
     acc.charge(make(z))
     assert z2 == z and accounting.rdp_cache_info().misses == again
-    # a longer plan at the same (q, z): the same elementary curve, times the count; its
-    # epsilon (larger) is decided at a smaller order: at most that one order is new
-    RdpAccountant(10.0, 1e-5, "add-remove").charge(self_composed(poisson_sampled(q, gaussian_event(z)), 5 * T))
-    assert accounting.rdp_cache_info().misses <= again + 1
     assert acc.epsilon_spent <= 1.0
 
 
-def test_cached_curve_is_read_only_and_composition_is_dp_accountings():
-    ev = self_composed(composed([poisson_sampled(0.05, gaussian_event(1.3)),
-                                 self_composed(gaussian_event(3.0), 2)]), 7)
-    acc = RdpAccountant(100.0, 1e-5, "add-remove")
-    ref = dpa.rdp.RdpAccountant(list(acc._orders))
-    ref.compose(ev)
-    # before any order is exact: the subsampled atom is the numpy formula
-    np.testing.assert_allclose(acc.rdp_of(ev), ref._rdp, rtol=1e-12)
-    eps = acc.epsilon_if(ev)  # makes the deciding order exact
-    exact = acc._exact.copy()
-    assert exact.sum() == 1 and (acc.rdp_of(ev)[exact] == np.asarray(ref._rdp)[exact]).all()
-    assert eps == pytest.approx(ref.get_epsilon(1e-5), rel=1e-12)
-    for i in range(len(acc._orders)):
-        acc._make_exact(i)
-    assert (acc.rdp_of(ev) == ref._rdp).all()  # every order exact: same arithmetic, bit for bit
-    atom = accounting._atom_rdp("add-remove", gaussian_event(3.0), acc._orders_key)
-    with pytest.raises(ValueError):
-        atom[0] = 0.0
+@pytest.fixture
+def whole_curves(monkeypatch):
+    """Counts the whole (every-order) elementary curves dp-accounting computes."""
+    count = [0]
+    real = rdp_module._curve_now
+
+    def spy(relation, atom, orders):
+        count[0] += len(orders) == len(rdp_module.default_orders())
+        return real(relation, atom, orders)
+
+    monkeypatch.setattr(rdp_module, "_curve_memo", functools.lru_cache(maxsize=None)(spy))
+    return count
+
+
+def test_a_calibration_computes_one_whole_curve(whole_curves):
+    """The search runs on one-order curves; the answer's whole curve (which its charge
+    then reuses) is the only whole curve dp-accounting computes."""
+    make = lambda z: self_composed(poisson_sampled(0.0071, gaussian_event(z)), 900)  # noqa: E731
+    acc = RdpAccountant(2.0, 1e-6, "add-remove")
+    z = acc.calibrate(make)
+    acc.charge(make(z))
+    assert acc.epsilon_spent <= 2.0 and whole_curves[0] == 1
+
+
+def _state(acc):
+    """Charges over two passes and globally, before a calibration on top of them."""
+    acc.charge(poisson_sampled(0.1, gaussian_event(2.0)) if acc.relation == "add-remove" else gaussian_event(7.0))
+    for g in range(3):
+        acc.charge(self_composed(gaussian_event(6.0), g + 1), ("b", g), pass_id="A")
+    acc.charge(gaussian_event(9.0), ("b", 0), pass_id="B")
+    return acc
+
+
+ORDER_PLANS = dict(PLANS, **{
+    "tiny-q": ("add-remove", 0.3, 1e-7, lambda z: self_composed(poisson_sampled(1e-4, gaussian_event(z)), 20000)),
+    "few-steps": ("add-remove", 4.0, 1e-5, lambda z: self_composed(poisson_sampled(0.3, gaussian_event(z)), 3)),
+    "large-order": ("replace-one", 8.0, 1e-5, lambda z: gaussian_event(z)),
+    "without-replacement": ("replace-one", 2.0, 1e-5,
+                            lambda z: self_composed(accounting.sampled_without_replacement(3000, 500,
+                                                                                          gaussian_event(z)), 10)),
+})
+
+
+@pytest.mark.parametrize("charged", [False, True])
+@pytest.mark.parametrize("plan", [pytest.param(p, marks=pytest.mark.slow) if p == "without-replacement" else p
+                                  for p in sorted(ORDER_PLANS)])  # slow: the reference's whole curves
+def test_search_by_orders_equals_the_whole_curve_search(monkeypatch, plan, charged):
+    """The search on a few orders per trial and the plain search on whole curves give
+    the same multiplier, on top of an empty or a charged state; the answer passes its
+    whole-curve check (no fallback to the plain search).  A plan without a subsampled
+    release (cheap whole curves) is searched on whole curves."""
+    relation, eps, delta, make = ORDER_PLANS[plan]
+    budget = eps + 3.0 if charged else eps
+    by_orders, whole = RdpAccountant(budget, delta, relation), RdpAccountant(budget, delta, relation)
+    if charged:
+        _state(by_orders), _state(whole)
+    ref = Accountant.calibrate(whole, make)
+    plain = []
+    real = Accountant.calibrate
+    monkeypatch.setattr(Accountant, "calibrate", lambda *a, **kw: plain.append(1) or real(*a, **kw))
+    z = by_orders.calibrate(make)
+    subsampled = any(isinstance(a, (dpa.PoissonSampledDpEvent, dpa.SampledWithoutReplacementDpEvent))
+                     for a in accounting.atoms(make(1.0)))
+    assert bool(plain) != subsampled
+    assert z == ref
+    assert budget * (1 - 1e-5) <= by_orders.epsilon_of_plan(make(z)) <= budget
+
+
+@pytest.mark.parametrize("wrong", ["low", "high", "undecided"])
+def test_a_wrong_order_search_cannot_change_the_answer(monkeypatch, wrong):
+    """If the search along the orders misses the least epsilon (here: it always
+    answers the lowest or the highest order, or cannot decide), the whole-curve
+    check sends the calibration to the plain search: the same multiplier."""
+    make = PLANS["dp-sgd"][3]
+    exact = Accountant.calibrate(RdpAccountant(1.0, 1e-5, "add-remove"), make)
+    answer = {"low": lambda lo, hi: lo, "high": lambda lo, hi: hi, "undecided": lambda lo, hi: None}[wrong]
+    monkeypatch.setattr(rdp_module, "argmin_unimodal", lambda f, lo, hi, **kw: answer(lo, hi))
+    monkeypatch.setattr(rdp_module, "argmin_near", lambda f, start, lo, hi, **kw: answer(lo, hi))
+    acc = RdpAccountant(1.0, 1e-5, "add-remove")
+    z = acc.calibrate(make)
+    assert z == exact
+    assert 1.0 * (1 - 1e-3) <= acc.epsilon_of_plan(make(z)) <= 1.0
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_order_searches_find_the_minimum_of_a_falling_then_rising_sequence(seed):
+    """On a sequence that is infinite on a prefix, then falls and rises (with flat
+    stretches), the golden-section search and the search from any start return an
+    index of the minimum, or None when two probes tie (a plateau) - never a wrong
+    index - and evaluate each index at most once."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 160))
+    down = -np.sort(-rng.integers(0, 6 if seed % 3 else 60, size=n))  # non-increasing, with repeats
+    up = np.sort(rng.integers(0, 6 if seed % 3 else 60, size=n))
+    turn = int(rng.integers(0, n))
+    f = np.concatenate([down[:turn] + up[turn], up[turn:] + down[turn - 1 if turn else 0]]).astype(float)
+    f[:int(rng.integers(0, turn + 1))] = np.inf
+    for search in ("golden", "near"):
+        calls: list = []
+
+        def val(i):
+            calls.append(i)
+            return f[i]
+
+        if search == "golden":
+            i = argmin_unimodal(val, 0, n - 1, floor=f.min() if seed % 2 else -math.inf)
+        else:
+            i = argmin_near(val, int(rng.integers(0, n)), 0, n - 1)
+        assert len(calls) == len(set(calls)) and len(calls) <= 4 * math.log2(n + 1) + 6
+        assert i is None or f[i] == f.min(), (search, i, f)
+
+
+def test_order_searches_on_a_strictly_unimodal_sequence_always_answer():
+    for n in range(1, 200):
+        for turn in (0, n // 3, n - 1):
+            f = [abs(i - turn) + 0.5 * (i > turn) for i in range(n)]
+            assert argmin_unimodal(lambda i: f[i], 0, n - 1) == turn
+            for start in (0, n // 2, n - 1):
+                assert argmin_near(lambda i: f[i], start, 0, n - 1) == turn
 
 
 def test_pld_calibration_is_tight():
@@ -114,31 +211,3 @@ def test_pld_calibration_is_tight():
     assert z < RdpAccountant(1.0, 1e-5, "replace-one").calibrate(make)
 
 
-GRID_Q = (1e-5, 1e-3, 256 / 49990, 0.05, 0.3, 0.9, 1.0)
-GRID_Z = (0.05, 0.3, 0.7, 1.0, 1.17, 3.0, 10.0, 37.0, 300.0)
-
-
-def test_search_formula_is_dp_accountings_curve():
-    from dp_accounting.rdp import rdp_privacy_accountant as ref_mod
-
-    orders = np.array(ref_mod.DEFAULT_RDP_ORDERS, dtype=float)
-    for q in GRID_Q:
-        for z in GRID_Z:
-            ref = np.asarray(ref_mod._compute_rdp_poisson_subsampled_gaussian(q, z, list(orders)))
-            got = accounting._sampled_gaussian_rdp_np(q, z, orders)
-            assert np.array_equal(np.isfinite(got), np.isfinite(ref)), (q, z)  # same orders excluded
-            fin = np.isfinite(ref)
-            # both sum the same terms; rounding differs at the ulp of the log-terms (~1e-17 absolute)
-            np.testing.assert_allclose(got[fin], ref[fin], rtol=1e-9, atol=1e-15, err_msg=f"q={q} z={z}")
-
-
-@pytest.mark.parametrize("wrong", [0.8, 1.25])
-def test_a_wrong_search_formula_cannot_change_the_answer(monkeypatch, wrong):
-    make = PLANS["dp-sgd"][3]
-    exact = RdpAccountant(1.0, 1e-5, "add-remove").calibrate(make)
-    real = accounting._sampled_gaussian_rdp_np
-    monkeypatch.setattr(accounting, "_sampled_gaussian_rdp_np", lambda q, z, o: wrong * real(q, z, o))
-    acc = RdpAccountant(1.0, 1e-5, "add-remove")
-    z = acc.calibrate(make)
-    assert z == pytest.approx(exact, rel=1e-6)
-    assert 1.0 * (1 - 1e-3) <= acc.epsilon_of_plan(make(z)) <= 1.0

@@ -136,7 +136,7 @@ def test_passes_are_accounted_together_and_spend_the_budget(noise):
     assert RdpAccountant(2.0, 1e-5).epsilon_if(worst) < 0.8 * 2.0
 
 
-def test_passes_default_practical_on_enough_records_and_one_under_theory():
+def test_passes_default_practical_on_enough_records_more_on_few_and_one_under_theory():
     def make(pb, **params):
         return AdaptiveSpider(pb, bind(AdaptiveSpider.params, params, "x"), noise=TreeMechanism,
                               accountant=RdpAccountant(1.0, 1e-5), seed=0)
@@ -146,7 +146,11 @@ def test_passes_default_practical_on_enough_records_and_one_under_theory():
     big, small = problem(n=PASSES_MIN_RECORDS), problem(n=PASSES_MIN_RECORDS - 1)
     assert make(big).passes() == AS.PASSES > 1 and make(big).resolve()["T"] == AS.PASSES * big.n
     assert make(big, preset="theory").passes() == 1 and make(big, preset="theory").resolve()["T"] == big.n
-    assert make(small).passes() == 1 and make(small, passes=2).passes() == 2
+    # below: ceil(20,000 / n) passes, at most 16 (schedule.practical_passes)
+    assert make(small).passes() == 2 and make(small, passes=5).passes() == 5
+    assert make(problem(n=1250)).passes() == 16 and make(problem(n=400)).passes() == 16
+    assert make(problem(n=5000)).passes() == 4
+    assert make(problem(n=400), preset="theory").passes() == 1
 
 
 def test_planned_event_composes_one_pass_per_pass():

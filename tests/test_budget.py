@@ -152,7 +152,7 @@ def test_json_record_state_spider_family(cli, tmp_path):
     assert 0 < pr["epsilon_spent"] <= 1.0 * (1 + 1e-9)
 
 
-# ------------------------------------------- passes: two single-pass stages (issue 10, finding 6)
+# ------------------------------------------- passes: two single-pass stages
 @pytest.mark.parametrize("naming", ["same", "per-stage"])
 def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch, naming):
     """Hyper-parameter selection of adaptive-spider: two runs over the same
@@ -161,8 +161,8 @@ def test_two_single_pass_stages_report_the_worst_records_composition(monkeypatch
     releases are logged (which batches of which run hold it, what each batch
     was charged); the reported epsilon must equal the worst record's
     composition computed directly with dp-accounting, whether the stages
-    name their batches alike or per stage (e249807 reported only the worst
-    single stage plus the selection in the per-stage case)."""
+    name their batches alike or per stage (per-stage names must not make the
+    stages compose in parallel)."""
     from dpreg import access
     from dpreg.accounting import RdpAccountant
     from dpreg.interfaces import Participation

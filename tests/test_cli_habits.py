@@ -91,6 +91,7 @@ def test_full_disk_at_write_time_keeps_the_summary(tmp_path, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(dpreg.results, "write_atomic", full)
+    monkeypatch.setattr(dpreg.results, "write_new", full)
     res = _run([*FAST, "--out", str(tmp_path / "r.json")])
     assert res.exit_code == 1
     assert "privacy   epsilon=" in res.stdout  # the summary came first
@@ -155,15 +156,27 @@ def test_npy_named_npz_and_label_last_hint(tmp_path):
     assert "not binary" in line and "FIRST column" in line
 
 
-def test_huge_feature_index_stays_sparse_or_is_refused(tmp_path):
-    """A 2 kB svmlight file with one index near 10^7 is never densified."""
+def test_huge_feature_index_is_refused_unless_declared(tmp_path):
+    """A 2 kB svmlight file with one index at 10^7 is refused in one line (the
+    width read off the data is above 2^20: it must be declared), before any
+    model of that width exists."""
     f = tmp_path / "wide.svm"
     f.write_text("\n".join(["1 1:0.5 3:1", "-1 2:1"] * 100 + ["1 10000000:1"]))
-    res = _run(["--algo", "dp-sgd", "--data", str(f), "--param", "steps=3"])
-    assert res.exit_code == 0 or res.stderr.strip().startswith("error: "), res.output
-    import resource
+    line = _one_error_line(_run(["--algo", "dp-sgd", "--data", str(f), "--param", "steps=3"]))
+    assert "10,000,000 features" in line and "--features D" in line
+    assert not list(tmp_path.glob("*.json"))
 
-    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss < 4 * 2**20  # KiB: far below 8.5 GB
+
+def test_default_output_lands_in_the_working_directory_not_the_checkout(tmp_path):
+    """Every test runs in its own temporary directory (tests/conftest.py), so a
+    run without --out writes run.json there; the session fails if anything is
+    written into the checkout."""
+    from pathlib import Path
+
+    assert Path.cwd() == tmp_path
+    res = _run(FAST)
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "run.json").exists()
 
 
 def test_divergence_is_warned(tmp_path):

@@ -31,6 +31,15 @@ def pb(registry):
     return Problem(registry.get("loss", "logistic"), X, y)
 
 
+@pytest.fixture(scope="module")
+def cluster():
+    """Two Dask worker processes on 127.0.0.1 for the tests that name a scheduler."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as c:
+        yield c.scheduler_address
+
+
 def _algo(registry, name, pb, noise="tree", seed=5, eps=EPS, **params):
     cls = registry.get("algorithm", name)
     acc = RdpAccountant(eps, 1.0 / pb.n, cls.relation)
@@ -55,11 +64,11 @@ def test_one_client_is_perturbed_sgd_bit_for_bit(registry, pb, noise, passes):
     assert ob.info["client_privacy"][0]["epsilon_spent"] == pytest.approx(acc_b.epsilon_spent, rel=1e-12)
 
 
-def test_dask_backend_equals_local_bit_for_bit_four_clients(registry, pb):
-    pytest.importorskip("distributed")  # the 'distributed' extra; part of the test extra (CI runs it)
+@pytest.mark.slow  # Dask worker processes (about 5-15 s to start on 2 busy cores)
+def test_dask_backend_equals_local_bit_for_bit_four_clients(registry, pb, cluster):
     kw = dict(clients=4, sharding="contiguous", select="distributed-selection")
     loc, acc_l = _algo(registry, "distributed-spider", pb, **kw)
-    dsk, acc_d = _algo(registry, "distributed-spider", pb, backend="dask", **kw)
+    dsk, acc_d = _algo(registry, "distributed-spider", pb, backend="dask", scheduler=cluster, **kw)
     ol, od = loc.run(), dsk.run()
     assert od.info["backend"] == "dask" and ol.info["backend"] == "local"
     assert np.array_equal(ol.w, od.w) and ol.iterations == od.iterations > 1
@@ -70,30 +79,44 @@ def test_dask_backend_equals_local_bit_for_bit_four_clients(registry, pb):
     assert acc_l.epsilon_spent == acc_d.epsilon_spent
 
 
-def test_dask_backend_equals_local_over_two_passes(registry, pb):
+@pytest.mark.slow  # Dask worker processes (about 5-15 s to start on 2 busy cores)
+def test_dask_backend_equals_local_over_two_passes(registry, pb, monkeypatch):
     """Each client re-permutes its shard for the second pass on its Dask worker
-    exactly as in-process: the same model, the same per-client accounting."""
+    exactly as in-process: the same model, the same per-client accounting.
+    By default every client runs in a worker process of its own."""
     pytest.importorskip("distributed")
+    import os
+
+    pids = {}
+    real = ds.make_backend
+
+    def spy(*a, **kw):
+        b = real(*a, **kw)
+        if b.name == "dask":
+            pids.update(b.client.run(os.getpid, workers=b.addresses))
+        return b
+
+    monkeypatch.setattr(ds, "make_backend", spy)
     kw = dict(clients=2, passes=2)
     loc, acc_l = _algo(registry, "distributed-spider", pb, **kw)
     dsk, acc_d = _algo(registry, "distributed-spider", pb, backend="dask", **kw)
     ol, od = loc.run(), dsk.run()
+    assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
     assert ol.info["passes_made"] == od.info["passes_made"] == 2
     assert np.array_equal(ol.w, od.w) and ol.iterations == od.iterations
     assert ol.info["client_privacy"] == od.info["client_privacy"] and acc_l.epsilon_spent == acc_d.epsilon_spent
 
 
-def test_dask_backend_on_a_named_scheduler_places_clients_round_robin(registry, pb):
-    distributed = pytest.importorskip("distributed")
+@pytest.mark.slow  # Dask worker processes (about 5-15 s to start on 2 busy cores)
+def test_dask_backend_on_a_named_scheduler_places_clients_round_robin(registry, pb, cluster):
     loc, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=3, max_steps=4)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                  dashboard_address=None) as cluster:
-        dsk, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=3, max_steps=4,
-                       backend="dask", scheduler=cluster.scheduler_address)
-        od = dsk.run()
+    dsk, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=3, max_steps=4,
+                   backend="dask", scheduler=cluster)
+    od = dsk.run()
     assert np.array_equal(loc.run().w, od.w) and od.info["rounds"] >= 2
 
 
+@pytest.mark.slow  # Dask worker processes (about 5-15 s to start on 2 busy cores)
 def test_lost_worker_aborts_with_one_line_and_no_record(registry, tmp_path, monkeypatch):
     pytest.importorskip("distributed")
     from dpreg.pipeline import RunConfig, run_pipeline
@@ -109,9 +132,11 @@ def test_lost_worker_aborts_with_one_line_and_no_record(registry, tmp_path, monk
         made["calls"] = made.get("calls", 0) + 1
         b = made.get("b")
         if made["calls"] == 2 and b is not None and not made.get("killed"):
-            made["killed"] = True
-            w = next(w for w in b.cluster.workers.values() if w.address == b.addresses[1])
-            b.cluster.sync(w.close)
+            import os
+            import signal
+
+            made["killed"] = True  # the worker process of client 1, killed as the OS would
+            os.kill(b.client.run(os.getpid, workers=[b.addresses[1]])[b.addresses[1]], signal.SIGKILL)
 
     monkeypatch.setattr(ds, "make_backend", spy)
     out = tmp_path / "run.json"
@@ -245,7 +270,7 @@ def test_floors_size_batches_for_the_averaged_estimate(registry, pb, m):
     of O2), so alpha and the batches are not sqrt(m) too coarse; m = 1 is perturbed-sgd's plan."""
     # alpha_scale=1: the floor rule under test decides alpha (at the default alpha_scale, Thm 3's alpha
     # scaled up can exceed it: for m = 1 here it does)
-    algo, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=m, alpha_scale=1)
+    algo, _ = _algo(registry, "distributed-spider", pb, noise="gaussian", clients=m, alpha_scale=1, o1_budget=4)
     r = algo.resolve()
     f, d, n, z, chi = 2.0, pb.d, algo.sample_size(), r["noise_multiplier"], r["chi"]
     o1 = f * z * r["clip"] * math.sqrt(d) / (r["batch1"] * math.sqrt(m))
@@ -261,7 +286,7 @@ def test_floors_size_batches_for_the_averaged_estimate(registry, pb, m):
 def test_defaults_learn_on_adult():
     """Issue 12 at the defaults (shipped adult, eps = 1, research seed 0): not the majority class
     (0.764 test; every seed before the sqrt(m) floors and M/4 O2 clip) - 5 seeds average 0.822 in
-    benchmarks/targets_models_learn.py - and it runs escape tests, with per-client accountants."""
+    docs/models-learn.md - and it runs escape tests, with per-client accountants."""
     import dpreg
 
     rec = dpreg.run(algo="distributed-spider", epsilon=1.0, seed=0)
@@ -394,7 +419,8 @@ def test_cli_run_and_info(tmp_path):
 
 def test_cli_backend_option_sets_the_distributed_parameter(tmp_path):
     """``--backend``/``--scheduler`` are the distributed algorithms' own
-    parameters; on other algorithms they are an unknown-parameter error."""
+    parameters; on other algorithms they say where the records are held
+    (dpreg.backends), refused where an algorithm needs them in one process."""
     from click.testing import CliRunner
 
     from dpreg.cli import cli
@@ -405,5 +431,5 @@ def test_cli_backend_option_sets_the_distributed_parameter(tmp_path):
                                    "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert json.loads(out.read_text())["release"]["config"]["params_resolved"]["backend"] == "local"
-    bad = CliRunner().invoke(cli, ["run", "--algo", "dp-sgd", "--backend", "dask", "--out", "none"])
-    assert bad.exit_code == 2 and "unknown parameter 'backend'" in bad.output
+    bad = CliRunner().invoke(cli, ["run", "--algo", "zo-o2nc", "--backend", "dask", "--out", "none"])
+    assert bad.exit_code == 2 and "one process" in bad.output  # other algorithms: the data's backend

@@ -281,7 +281,9 @@ class StepwiseGaussian(GaussianMechanism):
 
 def _run_both(pb, params, seed=7, eps=2.0):
     """dp-spider twice with the same seed: compiled steps (gaussian) and a step at
-    a time (StepwiseGaussian); returns ((out, acc), (out, acc), compiled calls)."""
+    a time (StepwiseGaussian); returns ((out, acc), (out, acc), compiled calls).
+    The compiled calls take no step cap: both runs are uncapped (step_cap=0)."""
+    params = {"step_cap": 0, **params}
     calls = []
     orig = Problem.spider_steps
 
@@ -498,7 +500,7 @@ def test_compiled_steps_count_serial_time_towards_the_parallel_variant(monkeypat
     monkeypatch.setattr(spider_steps, "form", lambda parallel, sparse=False: (forms.append(parallel),
                                                                            real_form(parallel, sparse))[1])
     before = ck.serial_large_s
-    run_spider(pb, "gaussian", steps=20, phase=5)
+    run_spider(pb, "gaussian", steps=20, phase=5, step_cap=0)  # the compiled calls take no step cap
     assert forms and not any(forms) and ck.serial_large_s > before
 
 

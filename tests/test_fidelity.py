@@ -227,14 +227,20 @@ def test_refusal_says_what_to_do():
     from dpreg.errors import ParameterError
 
     small = logistic_problem(n=300, d=10)
-    algo, acc = make(AdaptiveSpider, small, TreeMechanism, eps=0.1)
+    # an O1 batch the data cannot hold, and batches an accuracy of 1e-3 needs: refused before any release
+    algo, acc = make(AdaptiveSpider, small, TreeMechanism, eps=0.1, batch=400)
     with pytest.raises(ParameterError, match=r"Raise --epsilon, use more data.*--param alpha=.*--param batch="):
         algo.run()
     assert acc.n_charges == 0
-    algo2, acc2 = make(PerturbedSGD, small, GaussianMechanism, eps=0.1)
+    algo2, acc2 = make(PerturbedSGD, small, GaussianMechanism, eps=0.1, alpha=1e-3)
     with pytest.raises(ParameterError, match=r"Raise --epsilon, use more data"):
         algo2.run()
     assert acc2.n_charges == 0
+    # the practical defaults' batch floors keep within the data: both run
+    for cls, noise in ((AdaptiveSpider, TreeMechanism), (PerturbedSGD, GaussianMechanism)):
+        algo3, acc3 = make(cls, small, noise, eps=0.1)
+        out = algo3.run()
+        assert out.iterations >= 10 and acc3.epsilon_spent <= 0.1 * (1 + 1e-9)
 
 
 @pytest.mark.parametrize("algo,params", [("dp-spider", {"steps": 30}), ("perturbed-sgd", {}),

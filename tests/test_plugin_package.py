@@ -14,9 +14,19 @@ PKG = Path(__file__).parent / "plugin_pkg"
 
 
 @pytest.fixture(scope="module")
-def plugin_env(tmp_path_factory):
+def plugin_src(tmp_path_factory):
+    """A copy of the package to build from (pip builds in the source tree: build/, *.egg-info)."""
+    import shutil
+
+    src = tmp_path_factory.mktemp("src") / "plugin_pkg"
+    shutil.copytree(PKG, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    return src
+
+
+@pytest.fixture(scope="module")
+def plugin_env(tmp_path_factory, plugin_src):
     target = tmp_path_factory.mktemp("site")
-    base = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(PKG)]
+    base = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(plugin_src)]
     r = subprocess.run(base + ["--no-build-isolation"], capture_output=True, text=True)
     if r.returncode != 0:  # no setuptools in this environment: let pip fetch it
         r = subprocess.run(base, capture_output=True, text=True)
@@ -64,9 +74,9 @@ def test_autoload_can_be_disabled(plugin_env):
     assert "huber-hinge" not in {e["name"] for e in json.loads(r.stdout)}
 
 
-def test_third_party_loss_passes_the_public_contract(plugin_env):
+def test_third_party_loss_passes_the_public_contract(plugin_env, plugin_src):
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        str(PKG / "tests" / "test_huber_contract.py")],
-                       capture_output=True, text=True, env=plugin_env, cwd=str(PKG))
+                        str(plugin_src / "tests" / "test_huber_contract.py")],
+                       capture_output=True, text=True, env=plugin_env, cwd=str(plugin_src))
     assert r.returncode == 0, r.stdout[-2000:]
     assert "8 passed" in r.stdout

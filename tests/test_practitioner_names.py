@@ -102,7 +102,7 @@ def test_refusals_name_the_algorithm_and_what_it_takes():
         assert apply_practitioner(cls, {}, dict(epochs=2.0), style="cli") == {"passes": 2.0}
     # adaptive-spider makes passes of disjoint batches: --epochs is its 'passes', a whole number
     assert apply_practitioner(AdaptiveSpider, {}, dict(epochs=2.0), style="cli") == {"passes": 2.0}
-    with pytest.raises(ParameterError, match=r"--epochs \(adaptive-spider's 'passes'\): parameter 'passes' expects int"):
+    with pytest.raises(ParameterError, match=r"--epochs \(adaptive-spider's 'passes'\): parameter 'passes' expects an integer"):
         apply_practitioner(AdaptiveSpider, {}, dict(epochs=2.5), style="cli")
     with pytest.raises(ParameterError, match="'dp-gd' has no counterpart for batch_size=: it is full-batch"):
         apply_practitioner(DPGD, {}, dict(batch_size=10))
@@ -112,7 +112,7 @@ def test_refusals_name_the_algorithm_and_what_it_takes():
         apply_practitioner(DPSGD, ["steps=20"], dict(epochs=1), style="cli")
     with pytest.raises(ParameterError, match="'lr' is a practitioner name, not a parameter of dp-sgd: use --lr"):
         apply_practitioner(DPSGD, ["lr=0.1"], {}, style="cli")
-    with pytest.raises(ParameterError, match=r"--batch-size \(dp-sgd's 'batch'\): parameter 'batch' expects int"):
+    with pytest.raises(ParameterError, match=r"--batch-size \(dp-sgd's 'batch'\): parameter 'batch' expects an integer"):
         apply_practitioner(DPSGD, {}, dict(batch_size=2.5), style="cli")
 
 

@@ -176,16 +176,22 @@ def test_pure_dp_event_is_eps0_dp_in_both_accountants(relation):
     assert tight.epsilon_spent == pytest.approx(k * eps0, abs=5e-3)
 
 
-def test_pure_event_rdp_curve_matches_dp_accounting_randomized_response():
-    from dpreg.accounting import _binary_rr_rdp
-
-    orders = np.array(dpa.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS, dtype=float)
+@pytest.mark.parametrize("relation", ["replace-one", "add-remove"])
+def test_pure_event_rdp_curve_is_binary_randomized_response(relation):
+    """Under either relation the RDP accountant's curve of an eps0-DP release is
+    dp-accounting's REPLACE_ONE curve of binary randomized response, which is the
+    Renyi divergence of the dominating pair P = (p, 1 - p), Q = (1 - p, p) with
+    p = e^eps0 / (1 + e^eps0), and never exceeds eps0."""
+    acc = RdpAccountant(100.0, 1e-5, relation)
+    orders = np.asarray(dpa.rdp.RdpAccountant().orders, dtype=float)
     for eps0 in (0.05, 0.7, 3.0):
         ref = dpa.rdp.RdpAccountant(list(orders), dpa.NeighboringRelation.REPLACE_ONE)
         ref.compose(pure_dp_event(eps0))
-        np.testing.assert_allclose(_binary_rr_rdp(pure_dp_event(eps0).noise_parameter, orders),
-                                   ref._rdp, rtol=1e-9)
-        assert np.all(ref._rdp <= eps0 + 1e-12)  # an eps0-DP mechanism's RDP never exceeds eps0
+        assert np.array_equal(acc.rdp_of(pure_dp_event(eps0)), ref.rdp)
+        lp, lq = eps0 - np.log1p(np.exp(eps0)), -np.log1p(np.exp(eps0))
+        pair = np.logaddexp(orders * lp + (1 - orders) * lq, orders * lq + (1 - orders) * lp) / (orders - 1)
+        np.testing.assert_allclose(ref.rdp, pair, rtol=1e-9)
+        assert np.all(ref.rdp <= eps0 + 1e-12)
 
 
 def test_laplace_event_would_undercharge_a_pure_mechanism():

@@ -104,17 +104,21 @@ def test_one_command_from_toml_to_plot(grid):
     assert r.exit_code == 2 and "no_such_column" in r.output and (out / "results.json").exists()
 
 
-def test_failing_cell_is_an_error_row(tmp_path):
+def test_failing_cell_is_an_error_row_and_the_sweep_exits_1(tmp_path):
+    """A cell that fails while it runs (here: a fixed noise multiplier that would
+    spend more than the budget) is an error row; the other cells finish; the sweep
+    says so and exits 1."""
     cfg = tmp_path / "bad.toml"
-    cfg.write_text('algorithms = ["dp-gd", {label = "broken", algo = "dp-gd", params = {stepz = 3}}]\n'
+    cfg.write_text('algorithms = ["dp-gd", {label = "loud", algo = "dp-gd", params = {noise_multiplier = 0.01}}]\n'
                    'epsilons = [1.0]\nseeds = [0]\ndata = ["synthetic-logistic:n=300,d=3"]\n'
                    '[params.dp-gd]\nsteps = 5\n')
     r = invoke("sweep", cfg, "--workers", 1, "--out-dir", tmp_path / "out")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output
     rows = {row["algo"]: row for row in _table(tmp_path / "out")}
     assert rows["dp-gd"]["status"] == "ok"
-    assert rows["broken"]["status"] == "error" and "stepz" in rows["broken"]["error"]
-    assert rows["broken"]["record"] is None and "1 error" in r.output
+    assert rows["loud"]["status"] == "error" and "Budget" in rows["loud"]["error"]
+    assert rows["loud"]["record"] is None and "1 error" in r.output
+    assert "error: 1 of 2 cells failed: 1 x " in r.stderr
     assert len(list((tmp_path / "out" / "records").glob("*.json"))) == 1
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpreg_plugins.algorithms.trs_solver import kkt_residual, model_value, solve_trs
+from dpreg_plugins.algorithms.trs_solver import kkt_residual, model_value, solve_trs, solve_trs_krylov
 
 
 def random_instance(rng, p, kind):
@@ -119,3 +119,72 @@ def test_rejects_bad_input():
         solve_trs(np.ones(2), np.eye(2), 0.0)
     with pytest.raises(ValueError):
         solve_trs(np.array([np.nan, 1.0]), np.eye(2), 1.0)
+
+
+# ------------------------------------------------------------- the Krylov solver
+def _krylov(g, H, r, **kw):
+    return solve_trs_krylov(g, lambda V: H @ V, r, **kw)
+
+
+@pytest.mark.parametrize("kind", ["pd", "indefinite", "tiny"])
+def test_krylov_agrees_with_the_exact_solver(kind):
+    """On random instances of a few hundred parameters (the DP regime included:
+    noise-sized Hessians) the matrix-free solver returns the exact solver's
+    step and multiplier, meets the KKT conditions of Lemma 13 and says so."""
+    rng = np.random.default_rng({"pd": 21, "indefinite": 22, "tiny": 23}[kind])
+    for _ in range(4):
+        p = int(rng.integers(60, 160))
+        g, H, r = random_instance(rng, p, kind)
+        ex = solve_trs(g, H, r)
+        kr = _krylov(g, H, r)
+        assert kr.converged
+        assert kr.basis < p or p <= 2 * 16  # a basis smaller than the space
+        assert kkt_residual(g, H, r, kr.h, kr.lam) <= 1e-6 * (np.linalg.norm(g) + np.linalg.norm(H, 2) * r)
+        assert kr.lam == pytest.approx(ex.lam, rel=1e-6, abs=1e-9 * np.linalg.norm(H, 2))
+        assert model_value(g, H, kr.h) == pytest.approx(model_value(g, H, ex.h), rel=1e-8, abs=1e-12)
+        np.testing.assert_allclose(kr.h, ex.h, atol=1e-5 * r)
+
+
+def test_krylov_hard_case():
+    """g orthogonal to the bottom eigenvector, the pseudo-inverse step inside
+    the ball: a Krylov method on g alone never leaves q1's complement; the
+    solver's second block (a public vector's Krylov space) finds q1, and the
+    answer is the exact solver's - lam = -l1, |h| = r, the same optimal value
+    (h itself is unique up to the sign of its q1 component)."""
+    rng = np.random.default_rng(31)
+    p = 150
+    Q, _ = np.linalg.qr(rng.standard_normal((p, p)))
+    lam = np.concatenate([[-2.0], np.sort(np.abs(rng.standard_normal(p - 1))) - 1.0])
+    H = Q @ np.diag(lam) @ Q.T
+    c = 0.1 * rng.standard_normal(p)
+    c[0] = 0.0
+    g = Q @ c
+    r = 5.0
+    ex = solve_trs(g, H, r)
+    assert ex.case == "hard"
+    kr = _krylov(g, H, r)
+    assert kr.converged
+    assert kr.lam == pytest.approx(2.0, rel=1e-6)
+    assert np.linalg.norm(kr.h) == pytest.approx(r, rel=1e-9)
+    assert model_value(g, H, kr.h) == pytest.approx(model_value(g, H, ex.h), rel=1e-8)
+    assert abs(Q[:, 0] @ kr.h) > 0.5 * r
+    # the same with g = 0: a boundary step along q1
+    k0 = _krylov(np.zeros(p), H, r)
+    assert abs(abs(Q[:, 0] @ k0.h) - r) < 1e-6 * r and k0.lam == pytest.approx(2.0, rel=1e-6)
+
+
+def test_krylov_small_spaces_and_cap():
+    """A space smaller than the first check is solved exactly (the basis spans
+    it); a cap below what an instance needs returns converged=False, never a
+    silent answer."""
+    rng = np.random.default_rng(41)
+    g, H, r = random_instance(rng, 6, "indefinite")
+    kr = _krylov(g, H, r)
+    assert kr.converged and kr.basis == 6
+    np.testing.assert_allclose(kr.h, solve_trs(g, H, r).h, atol=1e-10)
+    p = 400
+    A = rng.standard_normal((p, p))
+    H = 0.5 * (A + A.T) / np.sqrt(p) - 0.99 * np.eye(p)
+    g = 1e-6 * rng.standard_normal(p)
+    kr = _krylov(g, H, 50.0, max_basis=8, first_check=8)
+    assert kr.basis == 8 and not kr.converged

@@ -301,3 +301,41 @@ def test_audit_catches_unscaled_noise():
     r = run_audit(AuditConfig(algo="dp-trust-region", trials=150, epsilon=1.0, seed=5,
                               fault="noise-scale=0.05"))
     assert r.violated and r.epsilon_lower > 1.5
+
+
+@pytest.mark.parametrize("algo", ["dp-trust-region", "dp-stochastic-trust-region"])
+def test_krylov_steps_equal_exact_steps(algo):
+    """trs=krylov releases the same H~ (factored: clipped rank-one data terms,
+    the same symmetric noise draws) and solves the subproblem to a KKT residual
+    of 1e-8: the same seed gives the exact solver's iterates to 1e-6, and the
+    same accounting."""
+    import dpreg
+
+    runs = {}
+    for trs in ("exact", "krylov"):
+        rec = dpreg.run(algo=algo, data="synthetic-logistic:n=1500,d=40", epsilon=2.0, seed=5, warn=lambda m: None,
+                        params={"trs": trs, "steps": 12, **({"batch": 600} if "stochastic" in algo else {})},
+                        diagnostics="light")
+        runs[trs] = rec
+    we = np.asarray(runs["exact"]["release"]["model"]["weights"])
+    wk = np.asarray(runs["krylov"]["release"]["model"]["weights"])
+    assert np.linalg.norm(wk - we) <= 1e-6 * max(1.0, np.linalg.norm(we))
+    assert runs["krylov"]["release"]["privacy"] == runs["exact"]["release"]["privacy"]
+    info = runs["krylov"]["diagnostics"]["run_info"]
+    assert info["trs"] == "krylov" and info["trs_unconverged"] == 0 and info["trs_products"] > 0
+    assert runs["exact"]["diagnostics"]["run_info"]["trs"] == "exact"
+
+
+def test_krylov_only_on_a_linear_models_factored_hessian():
+    """The factored Hessian is the linear model's: a loss with its own problem
+    (softmax here, at 650 parameters) keeps the exact path under trs=auto and
+    refuses trs=krylov before any release."""
+    import dpreg
+    from dpreg.errors import ParameterError
+
+    rec = dpreg.run(algo="dp-trust-region", data="digits", epsilon=1.0, seed=0, params={"steps": 2}, warn=False,
+                    diagnostics="light")
+    assert rec["diagnostics"]["run_info"]["trs"] == "exact"
+    with pytest.raises(ParameterError, match="trs=krylov needs a linear model"):
+        dpreg.run(algo="dp-trust-region", data="digits", epsilon=1.0, seed=0, params={"steps": 2, "trs": "krylov"},
+                  warn=False, diagnostics="light")

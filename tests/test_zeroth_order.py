@@ -334,17 +334,22 @@ def test_practical_defaults(registry, ramp_problem):
     DIFF and the last block average; explicit parameters win over both presets."""
     from dpreg_plugins.algorithms import zo_o2nc as zo
 
+    from dpreg.access import PASSES_MIN_RECORDS
+
     pb = ramp_problem
     plan = _algo(registry, pb)[0].plan()
-    B2 = zo.practical_batch2(pb.n, zo.PRACTICAL_BLOCKS)  # M / (2 K T): a block of PRACTICAL_T steps
-    assert B2 == pb.n // (2 * zo.PRACTICAL_BLOCKS * zo.PRACTICAL_T)
+    # K: PRACTICAL_BLOCKS per pass from PASSES_MIN_RECORDS records on, one block per pass below
+    K = zo.PRACTICAL_BLOCKS if pb.n >= PASSES_MIN_RECORDS else 1
+    B2 = zo.practical_batch2(pb.n, K)  # M / (2 K T): a block of PRACTICAL_T steps
+    assert B2 == pb.n // (2 * K * zo.PRACTICAL_T)
     assert zo.practical_batch2(49_990, 4) == 1041 and zo.practical_batch2(40, 4) == 1
-    T = pb.n // (2 * zo.PRACTICAL_BLOCKS * B2)
+    T = pb.n // (2 * K * B2)
     assert T == zo.PRACTICAL_T
     assert (plan["T"], plan["B2"], plan["B1"]) == (T, B2, T * B2)
-    assert plan["K"] == pb.n // (plan["B1"] + plan["B2"] * (T - 1)) >= zo.PRACTICAL_BLOCKS
+    assert plan["K"] == pb.n // (plan["B1"] + plan["B2"] * (T - 1)) >= K
     assert plan["h"] == zo.PRACTICAL_H and plan["D"] == pytest.approx(zo.PRACTICAL_H / T)
     assert plan["record_clip"] == zo.PRACTICAL_CLIP and plan["diff"] == "symmetric" and plan["output"] == "last"
+    assert plan["directions"] == min(pb.d, zo.PRACTICAL_DIRECTIONS)
     mine = _algo(registry, pb, smoothing=0.3, record_clip=2.0, diff="paper", output="random", batch2=2,
                  blocks=3, osd_radius=0.01)[0].plan()
     assert (mine["h"], mine["record_clip"], mine["diff"], mine["output"], mine["B2"], mine["K"], mine["D"]) == \
@@ -359,8 +364,8 @@ def test_run_spends_at_most_epsilon_and_charges_dp_accounting_events(registry, r
     """Every batch is charged its mechanism's record event before release;
     the spent epsilon is dp-accounting's for one record's exposure (tree: the
     single-epoch tree aggregation of depth L; gaussian: one Gaussian) and at
-    most the budget."""
-    algo, acc = _algo(registry, ramp_problem, eps=2.0, noise=noise)
+    most the budget (one pass: the paper's Alg 3)."""
+    algo, acc = _algo(registry, ramp_problem, eps=2.0, noise=noise, passes=1)
     out = algo.run()
     T, K, z = out.info["block_length"], out.info["blocks"], out.info["noise_multiplier"]
     assert acc.epsilon_spent <= 2.0 * (1 + 1e-9)
@@ -380,8 +385,8 @@ def test_passes_compose_one_pass_exposure_and_reuse_every_record(registry, ramp_
     """passes=2: K blocks per pass, each pass a fresh permutation under its own
     pass id; dp-accounting's event of one record's exposure in one pass,
     composed twice, is what the run spends (and the budget); the data set's
-    records are used once per pass.  Below 20,000 records the default is one
-    pass, under preset=theory too."""
+    records are used once per pass.  Below 20,000 records the default is
+    ceil(20,000 / n) passes (at most 16); under preset=theory one."""
     from dpreg_plugins.algorithms import zo_o2nc as zo
 
     algo, acc = _algo(registry, ramp_problem, eps=2.0, noise=noise, passes=2)
@@ -397,10 +402,13 @@ def test_passes_compose_one_pass_exposure_and_reuse_every_record(registry, ramp_
     per_pass = K * (out.info["batch1"] + out.info["batch2"] * (T - 1))
     assert out.records_used == 2 * per_pass and per_pass <= ramp_problem.n
     assert out.info["trajectory"].steps[-2 * K:] == list(range(1, 2 * K + 1))  # every block of both passes kept
-    one_pass, _ = _algo(registry, ramp_problem, eps=2.0, noise=noise)
+    one_pass, _ = _algo(registry, ramp_problem, eps=2.0, noise=noise, passes=1)
     from dpreg.access import PASSES_MIN_RECORDS
 
     assert one_pass.passes() == 1 and ramp_problem.n < PASSES_MIN_RECORDS
+    small = _algo(registry, ramp_problem, eps=2.0, noise=noise)[0].passes()
+    assert small == min(16, -(-20_000 // ramp_problem.n))
+    assert _algo(registry, ramp_problem, eps=2.0, noise=noise, preset="theory")[0].passes() == 1
     rng = np.random.default_rng(0)
     big = Problem(registry.get("loss", "ramp"), unit_rows(rng, PASSES_MIN_RECORDS, 3),
                   np.where(rng.random(PASSES_MIN_RECORDS) < 0.5, -1.0, 1.0))
@@ -410,7 +418,7 @@ def test_passes_compose_one_pass_exposure_and_reuse_every_record(registry, ramp_
 
 
 def test_naive_oracle_and_paper_noise_rule(registry, ramp_problem):
-    algo, acc = _algo(registry, ramp_problem, eps=2.0, oracle="naive")
+    algo, acc = _algo(registry, ramp_problem, eps=2.0, oracle="naive", passes=1)
     out = algo.run()
     assert out.info["oracle"] == "naive" and acc.epsilon_spent <= 2.0 * (1 + 1e-9)
     ref = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_SPECIAL)

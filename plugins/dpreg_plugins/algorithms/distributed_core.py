@@ -342,7 +342,8 @@ class DaskBackend:
     """Each client a Dask actor on its own worker (``distributed`` extra).
 
     ``scheduler=None`` starts a ``LocalCluster(n_workers=m, threads_per_worker=1,
-    processes=False)``; an address connects to a running cluster (start its
+    processes=True)`` on 127.0.0.1: every client in its own worker process, its
+    shard and its noise state in no other address space; an address connects to a running cluster (start its
     workers with ``--nthreads 1`` and ``NUMBA_NUM_THREADS=1``), clients placed
     round-robin on its workers.  Every client's shard is scattered once to its
     worker, and ``client.submit(ClientNode, ..., actor=True, workers=[addr],
@@ -351,9 +352,10 @@ class DaskBackend:
     longer held) or a round longer than ``timeout`` seconds aborts the run
     with a :class:`DpregError` - the step is never retried elsewhere.
 
-    In-process workers (the LocalCluster) call the numba kernels from several
-    threads at once, which needs a thread-safe numba threading layer (``omp``
-    or ``tbb``; ``workqueue`` is not); separate worker processes do not.
+    In-process workers (a cluster started with ``processes=False``) would call
+    the numba kernels from several threads at once, which needs a thread-safe
+    numba threading layer (``omp`` or ``tbb``; ``workqueue`` is not); separate
+    worker processes do not.
     """
 
     name = "dask"
@@ -370,14 +372,20 @@ class DaskBackend:
         self.cluster = None
         try:
             if scheduler is None:
-                self.cluster = LocalCluster(n_workers=m, threads_per_worker=1, processes=False,
+                self.cluster = LocalCluster(n_workers=m, threads_per_worker=1, processes=True, host="127.0.0.1",
                                             dashboard_address=None)
                 self.client = Client(self.cluster, set_as_default=False)
             else:
+                from dpreg.backends.workers import probe_scheduler
+
+                probe_scheduler(scheduler, 30.0)  # a peer that accepts and never answers would hang Client()
                 self.client = Client(scheduler, set_as_default=False, timeout=30)
         except OSError as exc:
             self._loud()
             raise DpregError(f"cannot reach the Dask scheduler {scheduler}: {exc}") from None
+        except DpregError:
+            self._loud()
+            raise
         try:
             workers = sorted(self.client.scheduler_info()["workers"])
             if not workers:
@@ -392,7 +400,8 @@ class DaskBackend:
                 fut = self.client.submit(ClientNode, s.pop("j"), fx, fy, **s, actor=True,
                                          workers=[addr], allow_other_workers=False, pure=False)
                 self._holders.append(fut)
-                self.actors.append(fut.result(timeout=self.timeout))
+                with self.client.as_current():  # the actor's proxy binds to this client
+                    self.actors.append(fut.result(timeout=self.timeout))
         except BaseException:
             self.close()
             raise

@@ -23,6 +23,21 @@ H = Q diag(l) Q^T, gamma = Q^T g, then everything in the eigenbasis, where
    that step plus tau q_1 with |h| = r, the sign of q_1 fixed deterministically
    (its largest-magnitude coordinate positive).
 
+Beyond a few hundred parameters a dense eigendecomposition per step (O(p^3),
+and the O(n p^2) Hessian it needs) dominates a run.  :func:`solve_trs_krylov`
+solves the same problem from products H V only (a block of vectors at a
+time): a block Lanczos basis of span{g, v} + H span{g, v} + ... (v a fixed
+public pseudo-random vector), with the problem projected onto it and solved
+there exactly by :func:`solve_trs`.  The Krylov space of g carries the easy
+case's solution (a rational function of H applied to g); the one of v carries
+the bottom eigenvector, so the hard case (g orthogonal to it) is solved too,
+which a Krylov method on g alone (Steihaug-CG, GLTR) cannot do.  It stops
+when the full-space KKT residual |(H + lam I) h + g| and the bottom Ritz
+pair's residual |H u - theta u| is either at most ``tol`` (|g|/r + |H|) or
+small enough that lam + theta - |H u - theta u| >= 0 (so H + lam I >= 0 holds
+with the bottom Ritz value anywhere within its residual): exact enough to
+certify.
+
 numpy only; this module is post-processing of released (noisy) matrices and
 never touches data.
 """
@@ -151,3 +166,108 @@ def solve_trs(g: np.ndarray, H: np.ndarray, r: float, *, max_iter: int = 200) ->
     if nh > r:                                # a hair outside (|h| = r (1 + O(1e-14))): pull in
         h *= r / nh
     return TRSResult(h, float(mu - l1), "boundary", it)
+
+
+@dataclass(frozen=True)
+class KrylovTRSResult(TRSResult):
+    """:class:`TRSResult` of :func:`solve_trs_krylov`, with the basis size
+    (``basis``: vectors; ``products``: products of H with a vector), the
+    certificate residuals (``residual``: |(H + lam I) h + g|; ``eig_residual``:
+    the bottom Ritz pair's |H u - theta u|; ``theta``: the bottom Ritz value)
+    and whether both met the tolerance (``converged``)."""
+
+    basis: int = 0
+    products: int = 0
+    residual: float = float("nan")
+    eig_residual: float = float("nan")
+    theta: float = float("nan")
+    converged: bool = False
+
+
+def _public_vector(p: int) -> np.ndarray:
+    """A fixed, data-independent start vector (public pseudo-random)."""
+    v = np.random.default_rng(0x7125).standard_normal(p)
+    return v / np.linalg.norm(v)
+
+
+def solve_trs_krylov(g: np.ndarray, matmat, r: float, *, tol: float = 1e-8, max_basis: int = 400,
+                     first_check: int = 16) -> KrylovTRSResult:
+    """The TRS of module docstring for a symmetric operator given by products:
+    ``matmat(V)`` returns H V for a (p, k) array V.  Builds a block Lanczos
+    basis (blocks of 2: the Krylov spaces of g and of a fixed public vector,
+    full reorthogonalisation), projects the problem onto it and solves the
+    projected problem exactly with :func:`solve_trs` when the basis reaches
+    ``first_check`` vectors and each time it has grown by half since, until
+    the full-space KKT residual is at most ``tol (|g| + |H| r)`` (|H|
+    estimated by the largest Ritz value) and H + lam I >= 0 is settled (module
+    docstring), or the basis reaches ``max_basis`` vectors (then ``converged``
+    is False and the last projected solution is returned).  Memory O(p
+    max_basis)."""
+    g = np.asarray(g, dtype=float).reshape(-1)
+    p = g.shape[0]
+    if not (r > 0 and np.isfinite(r)):
+        raise ValueError(f"radius must be finite and > 0, got {r}")
+    if not np.all(np.isfinite(g)):
+        raise ValueError("g must be finite")
+    max_basis = max(2, min(int(max_basis), p))
+    Q = np.empty((p, max_basis))
+    HQ = np.empty((p, max_basis))
+    gnorm = float(np.linalg.norm(g))
+    start = np.stack([g, _public_vector(p)], axis=1)
+    m = 0            # basis vectors so far
+    products = 0
+    block = start
+    next_check = max(2, int(first_check))
+    best = None
+    while True:
+        # orthonormalise the new block against the basis (twice) and within itself
+        for _ in range(2):
+            if m:
+                block = block - Q[:, :m] @ (Q[:, :m].T @ block)
+        new = []
+        for j in range(block.shape[1]):
+            v = block[:, j]
+            for u in new:
+                v = v - (u @ v) * u
+            if m + len(new) >= max_basis:
+                break
+            nv = float(np.linalg.norm(v))
+            ref = max(float(np.linalg.norm(block[:, j])), 1e-300)
+            if nv > 1e-10 * max(ref, gnorm, 1.0) and nv > 0:
+                new.append(v / nv)
+        if new:
+            V = np.stack(new, axis=1)
+            HV = np.asarray(matmat(V), dtype=float).reshape(p, V.shape[1])
+            products += V.shape[1]
+            Q[:, m:m + V.shape[1]] = V
+            HQ[:, m:m + V.shape[1]] = HV
+            m += V.shape[1]
+        exhausted = not new or m >= max_basis
+        if exhausted or m >= next_check:
+            next_check = max(m + 2, int(1.5 * m))
+            best = _projected(g, Q[:, :m], HQ[:, :m], r, m, products, tol, gnorm)
+            if best.converged or exhausted:
+                if not best.converged and m == p:  # the basis spans the space: the projection is exact
+                    best = _projected(g, Q[:, :m], HQ[:, :m], r, m, products, np.inf, gnorm)
+                return best
+        block = HV - V @ (V.T @ HV) if new else block
+
+
+def _projected(g, Q, HQ, r, m, products, tol, gnorm) -> KrylovTRSResult:
+    """Solve the TRS projected on the orthonormal basis Q (with HQ = H Q) and
+    measure its full-space certificate."""
+    P = Q.T @ HQ
+    P = 0.5 * (P + P.T)
+    res = solve_trs(Q.T @ g, P, r)
+    h = Q @ res.h
+    resid = float(np.linalg.norm(HQ @ res.h + res.lam * h + g))
+    l, S = np.linalg.eigh(P)
+    u = S[:, 0]
+    eig_resid = float(np.linalg.norm(HQ @ u - l[0] * (Q @ u)))
+    scale = gnorm + float(np.max(np.abs(l))) * r
+    # H + lam I >= 0: the bottom Ritz value is within eig_resid of an eigenvalue (with a random start, the
+    # smallest one with probability 1); either it is resolved to the tolerance, or lam clears it with room
+    psd = eig_resid <= tol * max(scale / r, 1e-300) or res.lam + float(l[0]) - eig_resid >= 0.0
+    ok = resid <= tol * scale and psd
+    return KrylovTRSResult(h, res.lam, res.case, res.iterations, basis=m, products=products, residual=resid,
+                           eig_residual=eig_resid, theta=float(l[0]), converged=bool(ok))

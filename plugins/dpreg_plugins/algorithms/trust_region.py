@@ -4,7 +4,10 @@ non-private trust-region reference for L* of the paper's section 5.
 
 Each step releases a noisy gradient g~ and a noisy Hessian H~ at w_k, solves
 the trust-region subproblem min <g~,h> + 1/2 h^T H~ h over |h| <= r exactly
-(:mod:`.trs_solver`), moves w_{k+1} = w_k + h and stops as soon as the
+(:mod:`.trs_solver`: a dense eigendecomposition while the dense Hessian is
+cheap, else the matrix-free Krylov solver on H~'s factored form - the data
+part's clipped rank-one terms plus the same symmetric noise matrix - which
+releases the same H~ and solves to a KKT residual of 1e-8; ``trs``), moves w_{k+1} = w_k + h and stops as soon as the
 subproblem's multiplier lam <= sqrt(alpha rho) (Alg 1/2 l.7: post-processing
 of released values).  Defaults (Thm 15 / Thm 18, section 5.1): alpha = 0.1,
 w_0 = 0, r = sqrt(alpha/rho), T = ceil(6 sqrt(rho) Delta / alpha^1.5) with
@@ -56,13 +59,19 @@ import math
 import numpy as np
 
 from dpreg import hookimpl
-from dpreg.accounting import composed, gaussian_event, poisson_sampled, self_composed
+from dpreg.accounting import composed, gaussian_event, poisson_sampled, sampled_without_replacement, self_composed
 from dpreg.errors import BudgetExceededError, ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput, charge
 from dpreg.params import ParamSpec
 from dpreg.trajectory import Trajectory
 
-from .trs_solver import solve_trs
+from .trs_solver import solve_trs, solve_trs_krylov
+
+#: ``trs=auto``: the exact (dense eigendecomposition) subproblem solver while the dense Hessian is
+#: cheap - at most this many parameters and at most TRS_EXACT_MAX_WORK = n d^2 per step (its O(n d^2)
+#: clipped sum) - else the matrix-free Krylov solver (no d x d data Hessian, no O(d^3) per step)
+TRS_EXACT_MAX_D = 200
+TRS_EXACT_MAX_WORK = 1e9
 
 COMMON = (
     ParamSpec("alpha", "float", 0.1, "target accuracy alpha of the alpha-SOSP",
@@ -94,6 +103,14 @@ COMMON = (
               "(|g| ~ alpha at w = 0) and returns a model at the majority class on adult (0.764 test accuracy, "
               "eps = 1), while all T steps reach a gap 15x smaller on IJCNN1 (docs/experiment-trust-region.md)",
               choices=("multiplier", "none")),
+    ParamSpec("trs", "str", "auto", "trust-region subproblem solver: exact (dense eigendecomposition of H~), "
+              "krylov (matrix-free: products H~ V only; linear models), or auto (exact up to 200 parameters "
+              "while the dense Hessian's n d^2 per step is at most 1e9 - adult, IJCNN1, breast-cancer -, "
+              "krylov above for linear models - d = 784 -, exact for softmax and networks)",
+              "the paper solves (3) exactly (CVX); krylov solves the same problem on a block Lanczos basis to a "
+              "KKT residual of 1e-8 (|g~| + |H~| r), hard case included (trs_solver.solve_trs_krylov): the "
+              "released H~ is the same, formed as its data part's factors plus the symmetric noise matrix",
+              choices=("auto", "exact", "krylov")),
     ParamSpec("preset", "str", "practical", "practical choices or the paper's literal algorithm",
               "'theory': noise=paper (the sigma formulas of Alg 1 l.1-4 / Alg 2 l.3-4), stop=multiplier "
               "(l.7), hess_sensitivity=paper (2 sqrt(p) C_H/n); alpha, r and T are Thm 15 / Thm 18's "
@@ -137,6 +154,22 @@ def symmetric_gaussian(rng: np.random.Generator, p: int, sigma: float) -> np.nda
     E[iu] = v
     E[(iu[1], iu[0])] = v
     return E
+
+
+def _hessian_matmat(loss, w: np.ndarray, data_part, E: np.ndarray):
+    """V -> H~ V for the released H~ = data part (a product, from
+    ``Problem.clipped_hessian_operator``, already divided by the batch) + the
+    symmetric noise matrix E + psi's Hessian at w."""
+    own_psi = loss.has_psi if hasattr(loss, "has_psi") else True
+
+    def matmat(V):
+        out = data_part(V) + E @ V
+        if own_psi:
+            for j in range(V.shape[1]):
+                out[:, j] += loss.psi_hvp(w, V[:, j])
+        return out
+
+    return matmat
 
 
 def paper_phi(eps: float, delta: float) -> float:
@@ -216,6 +249,17 @@ class _TrustRegion(Algorithm):
     def run(self) -> RunOutput:
         pb = self.problem
         self._resolve()
+        # the factored Hessian is the linear model's (a loss with its own problem - softmax, networks -
+        # or a problem whose clipped Hessian sum is changed, e.g. an audit's, keeps the dense release)
+        from dpreg.problem import Problem
+
+        factored = (callable(getattr(pb, "clipped_hessian_operator", None))
+                    and getattr(type(pb), "clipped_hessian_sum", None) is Problem.clipped_hessian_sum)
+        if self.p["trs"] == "krylov" and not factored:
+            raise ParameterError(f"trs=krylov needs a linear model's factored Hessian; loss {pb.loss.name!r} "
+                                 f"releases its Hessian densely: use trs=exact")
+        krylov = self.p["trs"] == "krylov" or (self.p["trs"] == "auto" and factored and (
+            pb.d > TRS_EXACT_MAX_D or self._hess_rows() * pb.d * pb.d > TRS_EXACT_MAX_WORK))
         info = self._setup(self.T)
         w = self.initial_point()
         traj = Trajectory(self.T)
@@ -223,10 +267,19 @@ class _TrustRegion(Algorithm):
         lam = math.nan
         stopped = False
         k = 0
+        unconverged = 0
+        products = 0
         for k in range(1, self.T + 1):
             g = self._grad(w, k)
-            H = self._hess(w, k) + psi_hessian(pb.loss, w)
-            res = solve_trs(g, H, self.r)
+            if krylov:
+                data_part, E = self._hess_operator(w, k)
+                mm = _hessian_matmat(pb.loss, w, data_part, E)
+                res = solve_trs_krylov(g, mm, self.r)
+                unconverged += int(not res.converged)
+                products += res.products
+            else:
+                H = self._hess(w, k) + psi_hessian(pb.loss, w)
+                res = solve_trs(g, H, self.r)
             w = w + res.h
             lam = res.lam
             traj.log(k, w, noisy_grad_norm=np.linalg.norm(g), multiplier=lam,
@@ -241,6 +294,9 @@ class _TrustRegion(Algorithm):
                      "last_multiplier": lam, "clip": self.C, "hess_clip": self.CH,
                      "hess_sensitivity": self.p["hess_sensitivity"], "noise": self.p["noise"],
                      "stop": self.p["stop"], "preset": self.p.get("preset", "practical"),
+                     "trs": "krylov" if krylov else "exact",
+                     "trs_unconverged": unconverged if krylov else None,
+                     "trs_products": products if krylov else None,
                      "trajectory": traj})
         return RunOutput(w, k, self._records_used(k), self._grad_evals(k), traj.series, info)
 
@@ -290,6 +346,18 @@ class DPTrustRegion(_TrustRegion):
         S, _ = pb.clipped_hessian_sum(w, None, self.CH)
         return self.released("hessian", S / pb.n + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h))
 
+    def _hess_rows(self) -> int:
+        return self.problem.n
+
+    def _hess_operator(self, w, k):
+        """The release of :meth:`_hess` (same charge, same noise draws) in
+        factored form: (V -> data part V, the noise matrix E)."""
+        pb = self.problem
+        charge(self.accountant, gaussian_event(self.zh), Participation.all(), label="dp-tr hessian")
+        op, _ = pb.clipped_hessian_operator(w, None, self.CH)
+        E = symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+        return (lambda V: op(V) / pb.n), E
+
     def _records_used(self, k):
         return self.problem.n
 
@@ -330,9 +398,7 @@ class DPStochasticTrustRegion(_TrustRegion):
         if b >= n:
             return gaussian_event(z)
         if self.fixed:
-            from dpreg.accounting import _dpa
-
-            return _dpa().SampledWithoutReplacementDpEvent(n, b, gaussian_event(z))
+            return sampled_without_replacement(n, b, gaussian_event(z))
         return poisson_sampled(b / n, gaussian_event(z))
 
     def _setup(self, T):
@@ -404,6 +470,24 @@ class DPStochasticTrustRegion(_TrustRegion):
         S = pb.clipped_hessian_sum(w, idx, self.CH)[0] if len(idx) else np.zeros((pb.d, pb.d))
         self.used += len(idx)
         return self.released("hessian", S / self.bh + symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h))
+
+    def _hess_rows(self) -> int:
+        return min(int(self.p["hess_batch"] or self.p["batch"]), self.problem.n)
+
+    def _hess_operator(self, w, k):
+        """The release of :meth:`_hess` (same sample, charge and noise draws) in
+        factored form: (V -> data part V, the noise matrix E)."""
+        pb = self.problem
+        idx, part = self._sample(self.sample_h, self.bh)
+        self._charge(self.zh, self.bh, part, "dp-str hessian")
+        self.used += len(idx)
+        if len(idx):
+            op, _ = pb.clipped_hessian_operator(w, idx, self.CH)
+        else:
+            def op(V):
+                return np.zeros_like(V)
+        E = symmetric_gaussian(self.noise_h, pb.d, self.zh * self.sens_h)
+        return (lambda V: op(V) / self.bh), E
 
     def _records_used(self, k):
         return self.used

@@ -24,13 +24,21 @@ optional; an unknown key or a bad value is a one-line error naming it)::
 File paths (data, test_data) are read relative to the configuration's
 directory.  Entries of ``algorithms`` may share a label when each gives its
 own, disjoint ``epsilons`` (per-epsilon parameters, e.g. a paper's table: one
-line in the plots).  Every cell is one :func:`dpreg.pipeline.run_pipeline` call; its
-record is written atomically to ``DIR/records/<cell key>.json`` (the key
-names the cell and ends in a hash of its whole configuration), and a rerun
-skips every cell whose record exists, so an interrupted sweep resumes where it
-stopped.  A cell that fails with a DpregError becomes an ``error`` row (and is
-tried again by the next rerun).  The table of every cell is written to
-``DIR/results.csv`` and ``DIR/results.json``.
+line in the plots).  Everything is checked before any cell runs (names,
+algorithm parameters and their values, data-set options, data files, the
+grid's size: at most :data:`MAX_CELLS`); an entry given twice runs once.
+
+Every cell is one :func:`dpreg.pipeline.run_pipeline` call; its record is
+written atomically to ``DIR/records/<cell key>.json`` (the key names the cell
+and ends in a hash of its whole configuration), and a rerun skips every cell
+whose record is a finished record of it (:func:`verify_record`), so an
+interrupted sweep resumes where it stopped.  A cell that fails with a
+DpregError becomes an ``error`` row (tried again by the next rerun) and the
+sweep exits 1.  The table of every cell is written to ``DIR/results.csv`` and
+``DIR/results.json``.  ``DIR`` is locked while a sweep runs in it
+(:func:`open_out_dir`); Ctrl-C, SIGTERM and a record that cannot be written
+stop the workers (:mod:`dpreg_plugins.commands.sweep_workers`) and write the
+table of what finished.
 
 Privacy: every cell is a separate run on the same data and each satisfies its
 own (epsilon, delta); the sweep as a whole composes them, and choosing the
@@ -82,6 +90,9 @@ RUN_INFO_COLUMNS = {"alpha": ("alpha",), "kappa": ("kappa",), "batch1": ("batch1
                     "batch2": ("batch2", "batch_o2_mean"), "o1_refreshes": ("o1_refreshes", "o1_queries", "phases"),
                     "escape_tests": ("escape_tests",)}
 
+#: the largest grid a sweep runs (more cells: split the grid into several sweeps)
+MAX_CELLS = 100_000
+
 TOP_KEYS = {"algorithms", "noises", "epsilons", "replicates", "seeds", "data", "loss", "test_data", "delta",
             "accountant", "diagnostics", "params"}
 
@@ -120,19 +131,11 @@ class Cell:
 
 # --------------------------------------------------------------------------- configuration
 def load_toml(path: str) -> dict:
-    """Parse a TOML file (tomllib, or tomli before Python 3.11); a syntax
-    error or an unreadable file is a one-line DpregError."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except OSError as exc:
-        raise DpregError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise DpregError(f"{path} is not valid TOML: {str(exc).splitlines()[0]}") from None
+    """Parse a TOML file (:func:`dpreg.config_file.read_toml`: a byte-order
+    mark ignored); a syntax error or an unreadable file is a one-line DpregError."""
+    from dpreg.config_file import read_toml
+
+    return read_toml(path)
 
 
 def _fail(key: str, msg: str):
@@ -212,7 +215,11 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
             _fail(f"algorithms[{i}]", f"must be a name or a table, got {a!r}")
         if name not in reg.names("algorithm"):
             _fail(f"algorithms[{i}]", f"unknown algorithm {name!r} (dpreg list algorithm)")
-        algos.append((label, name, {**params_tab.get(name, {}), **params_tab.get(label, {}), **p}, own_eps))
+        entry = (label, name, {**params_tab.get(name, {}), **params_tab.get(label, {}), **p},
+                 None if own_eps is None else _unique(own_eps))
+        _check_params(reg, f"algorithms[{i}]" if not p else f"algorithms[{i}].params", entry)
+        if entry not in algos:  # an entry given twice runs once
+            algos.append(entry)
     labels = [a[0] for a in algos]
     for lab in set(labels):
         same = [a[3] for a in algos if a[0] == lab]
@@ -224,11 +231,11 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
     if stray:
         _fail(f"params.{stray[0]}", "names no algorithm of the sweep")
 
-    noises = _str_list(cfg, "noises", required=False)
+    noises = _unique(_str_list(cfg, "noises", required=False))
     for i, nz in enumerate(noises):
         if nz is not None and (not isinstance(nz, str) or nz not in reg.names("noise")):
             _fail(f"noises[{i}]", f"unknown noise {nz!r} (dpreg list noise)")
-    losses = _str_list(cfg, "loss", required=False, default="logistic")
+    losses = _unique(_str_list(cfg, "loss", required=False, default="logistic"))
     for i, ls in enumerate(losses):
         if not isinstance(ls, str):
             _fail("loss", f"must be a name or a list of names, got {ls!r}")
@@ -237,9 +244,8 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
                 get_loss(reg, ls)
         except DpregError as exc:
             _fail("loss", str(exc))
-    eps = [_number(f"epsilons[{i}]", e) for i, e in enumerate(_str_list(cfg, "epsilons",
-                                                                           required=all(a[3] is None for a in algos)))
-           if e is not None]
+    eps = _unique([_number(f"epsilons[{i}]", e) for i, e in
+                   enumerate(_str_list(cfg, "epsilons", required=all(a[3] is None for a in algos))) if e is not None])
     if eps and all(a[3] is not None for a in algos):
         _fail("epsilons", "unused: every algorithm entry gives its own epsilons")
     if "seeds" in cfg and "replicates" in cfg:
@@ -250,6 +256,8 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
         r = cfg["replicates"]
         if isinstance(r, bool) or not isinstance(r, int) or r < 1:
             _fail("replicates", f"must be an integer >= 1, got {r!r}")
+        if r > MAX_CELLS:
+            _fail("replicates", f"{r:,} runs per configuration; a sweep has at most {MAX_CELLS:,} cells")
         runs = [None] * r
     if "seeds" in cfg:
         runs = _str_list(cfg, "seeds", required=True)
@@ -291,9 +299,20 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
             datas.append((name, _resolve_path(train, base), _resolve_path(test, base) if test else None))
         else:
             _fail(f"data[{i}]", f"must be a name, a file or a table, got {dspec!r}")
+    datas = _unique(datas)  # an entry given twice runs once
     if len({d[0] for d in datas}) != len(datas):
         _fail("data", "two entries share a name")
+    for i, (dname, train, test) in enumerate(datas):
+        _check_data(reg, f"data[{i}]", train, base)
+        if test is not None:
+            _check_data(reg, f"data[{i}] test", test, base)
 
+    count = len(datas) * len(losses) * len(runs) * sum(
+        (len(noises) if reg.get("algorithm", name).uses_noise else 1) * len(own if own is not None else eps)
+        for _, name, _, own in algos)
+    if count > MAX_CELLS:
+        _fail("(grid)", f"{count:,} cells ({len(datas)} data x {len(losses)} losses x {len(algos)} algorithms x "
+                        f"noises x epsilons x {len(runs)} runs); a sweep has at most {MAX_CELLS:,}: split the grid")
     cells = []
     for dname, train, test in datas:
         for loss in losses:
@@ -307,17 +326,69 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
     return cells
 
 
+def _unique(items: list) -> list:
+    """``items`` without repeats, first occurrences in order (a grid entry
+    given twice - an epsilon, a noise, a loss, a data set, an algorithm -
+    runs once and counts once in the table and the plots)."""
+    out: list = []
+    for x in items:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def _check_params(reg, key: str, entry) -> None:
+    """The fixed parameters of an algorithm entry, checked as a run checks
+    them (names, types, ranges: :func:`dpreg.params.bind`) before any cell runs."""
+    from dpreg.params import bind
+
+    label, name, params, _ = entry
+    try:
+        bind(reg.get("algorithm", name).params, params, f"algorithm {name!r}")
+    except DpregError as exc:
+        _fail(key if label == name else f"{key} ({label})", str(exc))
+
+
+def _check_data(reg, key: str, spec: str, base: Path) -> None:
+    """A data entry checked before any cell runs: a registered data set with
+    options it takes (built, not loaded: an option's value is checked when the
+    first cell loads it), or a file that exists, as a file, in a format dpreg
+    reads."""
+    from dpreg.data import COMPRESSED, SVM_EXT
+    from dpreg.pipeline import _parse_name_options
+
+    try:
+        name, kw = _parse_name_options(spec)
+    except DpregError as exc:
+        _fail(key, str(exc))
+    if name in reg.names("dataset"):
+        try:
+            reg.get("dataset", name)(**kw)
+        except (TypeError, ValueError, DpregError) as exc:
+            _fail(key, f"data set {name!r}: bad options {kw}: {str(exc).splitlines()[0]}")
+        return
+    if not os.path.exists(spec):
+        where = f" (relative paths are read from the configuration's folder {base})" if not os.path.isabs(spec) \
+            else ""
+        _fail(key, f"no data set or file named {spec!r}{where}; built-in data sets: "
+                   f"{', '.join(reg.names('dataset'))}")
+    if os.path.isdir(spec):
+        _fail(key, f"{spec} is a directory, not a data file")
+    low = spec.lower()
+    for ext in COMPRESSED:
+        if low.endswith(ext):
+            low = low[:-len(ext)]
+    if not (low.endswith((".csv", ".npz", *SVM_EXT)) or "." not in os.path.basename(low)):
+        _fail(key, f"unknown data format for {spec}: use .svm/.libsvm/.txt (svmlight), .csv or .npz")
+
+
 # --------------------------------------------------------------------------- one cell
-def _init_worker() -> None:
-    """Worker-process initializer: one numba thread per worker (set before
-    numba is imported; the cells also pass threads=1)."""
-    os.environ["NUMBA_NUM_THREADS"] = "1"
-
-
 def run_cell(cell: Cell, path: str) -> dict:
     """Run one cell and write its record atomically to ``path``; return its
     table row (an ``error`` row if the run raised a DpregError), with the
-    run's privacy warnings under ``"warnings"`` (the sweep prints each once)."""
+    run's privacy warnings under ``"warnings"`` (the sweep prints each once).
+    A record that cannot be written gives an error row marked ``"fatal"``:
+    the sweep stops (a full disk or a read-only folder fails every cell)."""
     from dpreg.pipeline import RunConfig, run_pipeline
     from dpreg.results import to_json, write_atomic
 
@@ -329,7 +400,10 @@ def run_cell(cell: Cell, path: str) -> dict:
             seed=cell.seed, diagnostics=cell.diagnostics, threads=1, warn=said.append))
     except DpregError as exc:
         return error_row(cell, f"{type(exc).__name__}: {exc}")
-    write_atomic(path, to_json(rec))
+    try:
+        write_atomic(path, to_json(rec))
+    except OSError as exc:
+        return dict(error_row(cell, f"cannot write its record {path}: {exc.strerror or exc}"), fatal=True)
     return dict(record_row(cell, rec, path), warnings=said)
 
 
@@ -372,82 +446,240 @@ def record_row(cell: Cell, rec: dict, path: str) -> dict:
     return row
 
 
+#: table columns that must be finite numbers >= 0 (or empty) in a row read off a record
+_NONNEGATIVE = ("epsilon_spent", "noise_multiplier", "iterations", "records_used", "gradient_evaluations",
+                "n", "d", "train_loss", "test_loss", "train_grad_norm", "test_grad_norm", "run_s",
+                "train_grad_norm_at_zero", "test_grad_norm_at_zero", "alpha", "kappa", "batch1", "batch2",
+                "o1_refreshes", "escape_tests")
+#: columns that must be in [0, 1] (or empty)
+_RATES = ("train_accuracy", "test_accuracy", "test_majority_rate")
+
+
+def verify_record(cell: Cell, rec) -> str | None:
+    """Why ``rec`` is not a finished record of ``cell`` (None when it is):
+    a record a resumed sweep counts must hold a privacy statement dpreg could
+    have written (:func:`dpreg.privacy_statement.check_statement`: epsilon
+    finite, >= 0 and within the budget, delta in [0, 1), ...), for this
+    cell's algorithm, epsilon, delta, accountant, noise and randomness mode,
+    a model that loads, the diagnostics the cell asks for, and table values
+    that are finite numbers in their ranges.  A record that fails is run
+    again, never counted."""
+    import math
+
+    from dpreg.model import load_model
+    from dpreg.privacy_statement import check_statement
+
+    if not isinstance(rec, dict) or not isinstance(rec.get("release"), dict):
+        return "no release part"
+    rel = rec["release"]
+    try:
+        check_statement(rel, "the record")
+        load_model(rec)
+    except DpregError as exc:
+        return str(exc)
+    c, pr = rel["config"], rel["privacy"]
+    want = {"algo": cell.algorithm, "epsilon": cell.epsilon, "accountant": cell.accountant}
+    if cell.delta is not None:
+        want["delta"] = cell.delta
+    if cell.noise is not None:
+        want["noise"] = cell.noise
+    for k, v in want.items():
+        if c.get(k) != v:
+            return f"its {k} is {c.get(k)!r}, the cell's {v!r}"
+    if pr.get("epsilon_budget") != cell.epsilon:
+        return f"its budget is {pr.get('epsilon_budget')!r}, the cell's epsilon {cell.epsilon!r}"
+    if pr["randomness"] != ("secret" if cell.seed is None else "seeded"):
+        return f"its randomness is {pr['randomness']}"
+    if cell.diagnostics and not isinstance(rec.get("diagnostics"), dict):
+        return "no diagnostics"
+    row = record_row(cell, rec, "")
+    for k in (*_NONNEGATIVE, *_RATES, "train_lambda_min", "nonprivate_train_loss"):
+        v = row.get(k)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return f"its {k} is {v!r}, not a finite number"
+        if (k in _NONNEGATIVE and v < 0) or (k in _RATES and not 0 <= v <= 1):
+            return f"its {k} is {v!r}, out of range"
+    return None
+
+
 def format_params(params: dict) -> str | None:
     """A cell's fixed parameters as one table cell: ``k=v; k=v`` in key order (None if none)."""
     return "; ".join(f"{k}={v}" for k, v in sorted(params.items())) or None
 
 
 # --------------------------------------------------------------------------- the sweep
-def run_sweep(cells: list[Cell], out_dir: str, *, workers: int = 2, scheduler: str | None = None,
-              echo=lambda msg: None) -> tuple[list[dict], int]:
-    """Run every cell whose record is missing (in ``workers`` processes, or on
-    the Dask scheduler at ``scheduler``, an address or a ``Client``), then
-    write the table of all cells.  Returns (rows in grid order, cells run)."""
-    rec_dir = Path(out_dir).resolve() / "records"  # absolute: Dask workers may run elsewhere
-    rec_dir.mkdir(parents=True, exist_ok=True)
-    paths = [str(rec_dir / f"{c.key()}.json") for c in cells]
-    rows: list[dict | None] = [None] * len(cells)
+class SweepError(DpregError):
+    """A sweep that stopped before its end (its folder could not be written):
+    the finished cells' records are kept."""
+
+
+def open_out_dir(out_dir: str):
+    """Create ``DIR`` and ``DIR/records``, check that a file can be written
+    there (a read-only or full file system fails here, before any cell runs),
+    remove temporary files a killed sweep left, and lock ``DIR`` for this
+    sweep: a second sweep on the same folder is refused in one line.  Returns
+    the open lock file (the lock lasts until it is closed, or the process
+    ends however it ends)."""
+    import fcntl
+
+    from dpreg.results import check_writable
+
+    rec_dir = Path(out_dir).resolve() / "records"
+    try:
+        rec_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DpregError(f"cannot create the sweep folder {rec_dir}: {exc.strerror or exc}") from None
+    lock_path = rec_dir.parent / ".dpreg-sweep.lock"
+    try:
+        lock = open(lock_path, "a+")
+    except OSError as exc:
+        raise DpregError(f"cannot write to the sweep folder {rec_dir.parent}: {exc.strerror or exc}") from None
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip()
+        lock.close()
+        raise DpregError(f"another sweep is running in {out_dir}" + (f" ({holder})" if holder else "")
+                         + "; wait for it to end, or give another --out-dir") from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}")
+    lock.flush()
+    try:
+        check_writable(str(rec_dir / "probe.json"))
+        check_writable(str(rec_dir.parent / "results.json"))
+    except DpregError:
+        lock.close()
+        raise
+    for stale in rec_dir.glob(".dpreg-*.tmp"):  # a record being written when a sweep was killed
+        try:
+            stale.unlink()
+        except OSError:
+            pass
+    return lock
+
+
+def resume(cells: list[Cell], paths: list[str], echo) -> tuple[list, list]:
+    """(rows, todo): the row of every cell whose record exists and is a
+    finished record of it (:func:`verify_record`), and the indices of the
+    cells to run; a record that fails the check is named and run again."""
+    rows: list = [None] * len(cells)
     todo = []
     for i, (c, p) in enumerate(zip(cells, paths)):
         if os.path.isfile(p):
             try:
                 with open(p, encoding="utf-8") as fh:
-                    rows[i] = record_row(c, json.load(fh), p)
+                    rec = json.load(fh)
+                why = verify_record(c, rec)
+            except (OSError, ValueError) as exc:
+                why = f"unreadable ({type(exc).__name__})"
+            if why is None:
+                rows[i] = record_row(c, rec, p)
                 continue
-            except (OSError, ValueError):
-                pass  # unreadable: run the cell again
+            echo(f"record {os.path.basename(p)} is not a finished record of its cell ({why}); running it again")
         todo.append(i)
-    from dpreg.pipeline import SEEDED_NOTE
-
-    if any(c.seed is not None for c in cells):  # the warning `dpreg run --seed` gives, once
-        echo(f"warning: {SEEDED_NOTE}")
-    said: set = {SEEDED_NOTE}
-    echo(f"sweep: {len(cells)} cells, {len(cells) - len(todo)} done before, {len(todo)} to run"
-         + (f" on {scheduler}" if scheduler is not None and todo else
-            f" in {workers} worker process{'es' if workers != 1 else ''}" if todo else ""))
-    done = 0
-
-    def finished(i, row):
-        nonlocal done
-        for msg in row.pop("warnings", None) or ():  # each of the runs' privacy warnings once
-            if msg not in said:
-                said.add(msg)
-                echo(f"warning: {msg}")
-        rows[i] = row
-        done += 1
-        c = cells[i]
-        run = f"rep={c.replicate}" if c.seed is None else f"seed={c.seed}"
-        what = f"{c.data} {c.loss} {c.algo}{'/' + c.noise if c.noise else ''} eps={c.epsilon:g} {run}"
-        echo(f"[{done}/{len(todo)}] {what}: " + (row["status"] if row["status"] == "ok" else f"error: {row['error']}"))
-
-    if todo and scheduler is not None:
-        _run_dask(scheduler, [(i, cells[i], paths[i]) for i in todo], finished)
-    elif todo and workers <= 1:
-        for i in todo:
-            finished(i, _guarded(cells[i], paths[i]))
-    elif todo:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
-        # spawn: a fresh interpreter per worker (numba's threads do not survive fork)
-        pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=_init_worker)
-        try:
-            futs = {pool.submit(_guarded, cells[i], paths[i]): i for i in todo}
-            for f in as_completed(futs):
-                finished(futs[f], _result(f, cells[futs[f]]))
-        finally:  # on Ctrl-C: drop the queued cells; finished records stay for the rerun
-            pool.shutdown(wait=True, cancel_futures=True)
-    write_table(rows, out_dir)
-    return rows, len(todo)
+    return rows, todo
 
 
-def _result(future, cell: Cell) -> dict:
-    """A future's row; a worker that died (killed, out of memory) gives an error row."""
+def pending_row(cell: Cell) -> dict:
+    """The row of a cell a stopped sweep did not finish."""
+    row = _base_row(cell)
+    row.update(status="not run", error="the sweep stopped before this cell finished (run it again to resume)")
+    return row
+
+
+def run_sweep(cells: list[Cell], out_dir: str, *, workers: int = 2, scheduler: str | None = None,
+              echo=lambda msg: None) -> tuple[list[dict], int]:
+    """Run every cell whose record is missing or not a finished record of it
+    (in ``workers`` processes, or on the Dask scheduler at ``scheduler``, an
+    address or a ``Client``), then write the table of all cells.  Returns
+    (rows in grid order, cells run).  On Ctrl-C (KeyboardInterrupt), SIGTERM
+    (:class:`~dpreg_plugins.commands.sweep_workers.Terminated`) or a record
+    that cannot be written (:class:`SweepError`) the workers are ended and
+    the table of the finished cells (the others ``not run``) written before
+    the exception goes on."""
+    own = scheduler is not None and not hasattr(scheduler, "submit")
+    client = connect_scheduler(scheduler) if own else scheduler  # an unreachable scheduler: before anything else
     try:
-        return future.result()
-    except Exception as exc:  # noqa: BLE001
-        return error_row(cell, f"worker failed: {type(exc).__name__}: {exc}")
+        return _sweep_in(cells, out_dir, workers, client, scheduler, echo)
+    finally:
+        if own:
+            client.close()
+
+
+def _sweep_in(cells, out_dir, workers, client, scheduler, echo):
+    """:func:`run_sweep` once the scheduler (if any) answered."""
+    from .sweep_workers import stopping_on_signals
+
+    lock = open_out_dir(out_dir)
+    try:
+        rec_dir = Path(out_dir).resolve() / "records"  # absolute: Dask workers may run elsewhere
+        paths = [str(rec_dir / f"{c.key()}.json") for c in cells]
+        rows, todo = resume(cells, paths, echo)
+        from dpreg.pipeline import SEEDED_NOTE
+
+        if any(c.seed is not None for c in cells):  # the warning `dpreg run --seed` gives, once
+            echo(f"warning: {SEEDED_NOTE}")
+        said: set = {SEEDED_NOTE}
+        echo(f"sweep: {len(cells)} cells, {len(cells) - len(todo)} done before, {len(todo)} to run"
+             + (f" on {scheduler}" if scheduler is not None and todo else
+                f" in {workers} worker process{'es' if workers != 1 else ''}" if todo else ""))
+        done = 0
+
+        def finished(i, row):
+            nonlocal done
+            for msg in row.pop("warnings", None) or ():  # each of the runs' privacy warnings once
+                if msg not in said:
+                    said.add(msg)
+                    echo(f"warning: {msg}")
+            fatal = row.pop("fatal", False)
+            rows[i] = row
+            done += 1
+            c = cells[i]
+            run = f"rep={c.replicate}" if c.seed is None else f"seed={c.seed}"
+            what = f"{c.data} {c.loss} {c.algo}{'/' + c.noise if c.noise else ''} eps={c.epsilon:g} {run}"
+            echo(f"[{done}/{len(todo)}] {what}: " + (row["status"] if row["status"] == "ok"
+                                                     else f"error: {row['error']}"))
+            if fatal:
+                raise SweepError(row["error"])
+
+        try:
+            with stopping_on_signals():
+                if todo and client is not None:
+                    _run_dask(client, [(i, cells[i], paths[i]) for i in todo], finished)
+                elif todo and workers <= 1:
+                    for i in todo:
+                        finished(i, _guarded(cells[i], paths[i]))
+                elif todo:
+                    _run_local(workers, [(i, cells[i], paths[i]) for i in todo], cells, finished)
+        finally:  # finished records are kept; the table says what is done (and what is not)
+            full = [r if r is not None else pending_row(c) for r, c in zip(rows, cells)]
+            try:
+                write_table(full, out_dir)
+            except OSError as exc:
+                raise SweepError(f"cannot write the table in {out_dir}: {exc.strerror or exc} "
+                                 f"({sum(r is not None and r['status'] == 'ok' for r in rows)} finished "
+                                 f"records are kept under {rec_dir}; run the sweep again to rebuild it)") from None
+        return full, len(todo)
+    finally:
+        lock.close()
+
+
+def _run_local(workers: int, jobs: list, cells: list, finished) -> None:
+    """The jobs in a :class:`~dpreg_plugins.commands.sweep_workers.WorkerPool`;
+    every worker ended however the loop ends."""
+    from .sweep_workers import WorkerPool
+
+    pool = WorkerPool(workers)
+    ok = False
+    try:
+        pool.run(jobs, finished, lambda i, reason: error_row(cells[i], reason))
+        ok = True
+    finally:
+        pool.close(kill=not ok)
 
 
 def _guarded(cell: Cell, path: str) -> dict:
@@ -460,24 +692,97 @@ def _guarded(cell: Cell, path: str) -> dict:
         return error_row(cell, f"{type(exc).__name__}: {msg}")
 
 
-def _run_dask(scheduler, jobs, finished) -> None:
+#: seconds to reach a Dask scheduler (a refused port fails at once)
+CONNECT_TIMEOUT = 10.0
+
+
+def connect_scheduler(address: str, timeout: float = CONNECT_TIMEOUT):
+    """A ``distributed.Client`` on the scheduler at ``address``, or a
+    one-line DpregError within about ``timeout`` seconds: a malformed address
+    or a refused port at once (a plain TCP connection first), a peer that
+    accepts and never answers or is not a Dask scheduler after ``timeout``
+    (Dask's ``identity`` request, with a deadline), a scheduler without
+    workers after ``timeout`` too."""
+    import asyncio
+    import concurrent.futures
+    import socket
+
     try:
-        from distributed import Client, as_completed
+        from distributed import Client
+        from distributed.comm import connect
     except ImportError:
         raise DpregError("--scheduler needs dask.distributed: pip install 'dpreg[distributed]'") from None
-    own = not hasattr(scheduler, "submit")
+
+    def fail(why):
+        raise DpregError(f"cannot reach the Dask scheduler at {address}: {why}")
+
+    from urllib.parse import urlsplit
+
+    u = urlsplit(address.strip() if "://" in address else "tcp://" + address.strip())
+    scheme = u.scheme
     try:
-        client = Client(scheduler) if own else scheduler
+        host, port = u.hostname, u.port
+    except ValueError:
+        host = port = None
+    if scheme in ("tcp", "tls"):  # a plain TCP connection first: a refused or unroutable port fails at once
+        if not host or not port:
+            fail("not an address of the form tcp://HOST:PORT")
+        address = f"{scheme}://{u.netloc}"
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+        except OSError as exc:
+            fail(f"no answer in {timeout:g} s" if isinstance(exc, socket.timeout) else f"{exc.strerror or exc}")
+    elif scheme not in ("inproc", "ws", "wss", "ucx"):
+        fail("not a Dask address (tcp://HOST:PORT)")
+
+    async def ask():
+        comm = await connect(address, timeout=timeout)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # its own event loop: the caller may run one
+        try:
+            who = pool.submit(asyncio.run, asyncio.wait_for(ask(), timeout)).result(timeout + 5)
+        except (concurrent.futures.TimeoutError, asyncio.TimeoutError, TimeoutError):
+            fail(f"no answer in {timeout:g} s")
+        except Exception as exc:  # noqa: BLE001 - whatever answers there (garbage, another protocol)
+            fail(f"what answers there is not a Dask scheduler ({type(exc).__name__})")
+    if not isinstance(who, dict) or who.get("type") != "Scheduler":
+        fail("what answers there is not a Dask scheduler")
+    try:
+        client = Client(address, timeout=timeout, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as exc:
-        raise DpregError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+        fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     try:
-        futs = {client.submit(_guarded, c, p, pure=False): (i, c) for i, c, p in jobs}
+        client.wait_for_workers(1, timeout=timeout)
+    except (OSError, TimeoutError) as exc:
+        client.close()
+        fail(f"the scheduler has no workers ({str(exc).splitlines()[0] if str(exc) else 'none came'})")
+    return client
+
+
+def _run_dask(client, jobs, finished) -> None:
+    """The jobs as tasks of ``client``; the ones not done are cancelled however the loop ends."""
+    from distributed import as_completed
+
+    futs = {client.submit(_guarded, c, p, pure=False): (i, c) for i, c, p in jobs}
+    try:
         for f in as_completed(list(futs)):
             i, c = futs[f]
             finished(i, _result(f, c))
     finally:
-        if own:
-            client.close()
+        client.cancel([f for f in futs if not f.done()])
+
+
+def _result(future, cell: Cell) -> dict:
+    """A future's row; a worker that died (killed, out of memory) gives an error row."""
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001
+        return error_row(cell, f"worker failed: {type(exc).__name__}: {exc}")
 
 
 def table_columns(rows: list[dict]) -> tuple[str, ...]:
@@ -519,28 +824,58 @@ def sweep(config, workers, scheduler, out_dir, plot_metric):
     DIR/results.csv and DIR/results.json.  Every cell's randomness is secret
     unless the grid names research seeds (keep them secret, or the runs'
     privacy guarantee is void).  Configuration keys: docs/sweeps.md."""
-    from dpreg.cli import user_errors
+    from dpreg.cli import _quiet_everywhere, user_errors
+
+    from .sweep_workers import Terminated
+
+    quiet = _quiet_everywhere()
+
+    def echo(msg: str) -> None:
+        if not quiet or msg.startswith("warning"):
+            click.echo(msg)
+
+    def stopped(d: str, what: str, code: int):
+        click.echo(f"{what}: the workers are stopped; finished cells keep their records and "
+                   f"{os.path.join(d, 'results.csv')} lists every cell (unfinished ones 'not run'); run the "
+                   f"same command again to resume", err=True)
+        sys.exit(code)
 
     @user_errors
     def go():
         cells = parse_config(load_toml(config), Path(config).resolve().parent)
         d = out_dir or f"{Path(config).stem}-sweep"
         try:
-            return d, *run_sweep(cells, d, workers=workers, scheduler=scheduler, echo=click.echo)
+            return d, *run_sweep(cells, d, workers=workers, scheduler=scheduler, echo=echo)
         except KeyboardInterrupt:
-            click.echo("interrupted; finished cells keep their records: run the same command again to resume",
-                       err=True)
-            sys.exit(130)
+            stopped(d, "interrupted", 130)
+        except Terminated as exc:
+            stopped(d, f"terminated (signal {exc.signum})", 128 + exc.signum)
+        except SweepError as exc:
+            click.echo(f"error: sweep stopped: {exc}", err=True)
+            sys.exit(1)
 
     d, rows, ran = go()
-    errors = sum(r["status"] != "ok" for r in rows)
-    click.echo(f"sweep: {len(rows)} cells ({ran} run now), {errors} error{'s' if errors != 1 else ''}; "
-               f"table {os.path.join(d, 'results.csv')}")
-    if plot_metric:  # after the table is safely written: a plotting error loses no cell
+    failed = [r for r in rows if r["status"] != "ok"]
+    echo(f"sweep: {len(rows)} cells ({ran} run now), {len(failed)} error{'s' if len(failed) != 1 else ''}; "
+         f"table {os.path.join(d, 'results.csv')}")
+    if plot_metric and len(failed) < len(rows):  # after the table is safely written: a plotting error loses no cell
         from .plot import plot_sweep
 
         png = user_errors(lambda: plot_sweep(d, plot_metric, os.path.join(d, f"{plot_metric}.png")))()
-        click.echo(f"plot  {png}")
+        echo(f"plot  {png}")
+    if failed:
+        click.echo(f"error: {len(failed)} of {len(rows)} cells failed: {error_summary(failed)} (the error "
+                   f"column of the table; a rerun tries them again)", err=True)
+        sys.exit(1)
+
+
+def error_summary(rows: list[dict], most: int = 2) -> str:
+    """The commonest errors of failed rows, counted: ``3 x DataError: ...; 1 x ...``."""
+    from collections import Counter
+
+    counts = Counter(r.get("error") or r.get("status") for r in rows)
+    text = "; ".join(f"{k} x {msg}" for msg, k in counts.most_common(most))
+    return text + (f"; and {len(counts) - most} other errors" if len(counts) > most else "")
 
 
 @hookimpl

@@ -23,7 +23,12 @@ GRAD(x) - GRAD(y) with the same directions (coefficients
 still unbiased for grad F_h(x) - grad F_h(y)), which drops Alg 2's
 common-mode term ``<grad f, x - y> u`` of norm about sqrt(d)|grad f||x-y|/h.
 
-(Alg 1's ``(1/d) sum_j d (...)`` is ``sum_j``.)  Both are unbiased for the
+(Alg 1's ``(1/d) sum_j d (...)`` is ``sum_j``.)  ``directions`` J < d uses J
+directions per record instead of d, each term scaled by d/J (coefficients
+clipped to (d/J) L): ``(d/J) sum_{j<=J} c_ij u_ij`` has the same expectation
+and the same norm bound d L (so the same sensitivities), a variance about d/J
+times larger per record, and costs J/d of the work - the d x d directions per
+record are most of a zeroth-order run at large d.  Both are unbiased for the
 uniform smoothing ``F_h(w) = E_{v ~ U(ball)} F(w + h v)`` when f is
 L-Lipschitz (Lemmas 3.1-3.2).  Only the data part ``phi`` of the loss is
 clipped; a record's term then has norm at most ``d L`` (GRAD, NAIVE) or
@@ -71,7 +76,7 @@ class ZerothOrderOracle(Oracle):
 
     def __init__(self, problem, *, smoothing: float, lipschitz: float | None = None,
                  rng: np.random.Generator | None = None, record_clip: float | None = None,
-                 symmetric_diff: bool = False):
+                 symmetric_diff: bool = False, directions: int | None = None):
         super().__init__(problem)
         if not (smoothing > 0 and np.isfinite(smoothing)):
             raise ValueError(f"smoothing radius must be a finite positive number, got {smoothing}")
@@ -86,6 +91,11 @@ class ZerothOrderOracle(Oracle):
         #: None: only the coefficients are clipped (the paper's d L)
         self.record_clip = None if record_clip is None else float(record_clip)
         self.symmetric_diff = bool(symmetric_diff)
+        d = problem.d
+        if directions is not None and not (1 <= int(directions)):
+            raise ValueError(f"directions must be >= 1, got {directions}")
+        #: J: directions per record of GRAD and DIFF (d: the paper's)
+        self.directions = d if directions is None else min(int(directions), d)
         self.rng = rng
         self.function_evaluations = 0  # loss evaluations (2 per direction per record)
         loss = problem.loss
@@ -140,10 +150,11 @@ class ZerothOrderOracle(Oracle):
              factor: float) -> Estimate:
         """Alg 1: GRAD(w, z_idx); sensitivity ``factor * min(d L, C) / b``."""
         w = np.asarray(w, dtype=float)
-        d, b = self.problem.d, len(idx)
+        d, b, J = self.problem.d, len(idx), self.directions
         scale = 1.0 / (2.0 * self.h)
-        s, k, U0 = self._sum(w, w, idx, d, sgn=-1.0, scale=scale, clip=self.L, rec_clip=self._rec(1.0))
-        value = s / max(b, 1) + self._psi_part(w, w, U0, sgn=-1.0, scale=scale)
+        f = d / J  # J directions: each term scaled by d / J (its coefficient clip too): the same bound d L
+        s, k, U0 = self._sum(w, w, idx, J, sgn=-1.0, scale=scale * f, clip=self.L * f, rec_clip=self._rec(1.0))
+        value = s / max(b, 1) + f * self._psi_part(w, w, U0, sgn=-1.0, scale=scale)
         return Estimate(value, factor * self._bound() / max(b, 1), participation, b, k)
 
     def _rec(self, unit: float) -> float:
@@ -165,12 +176,14 @@ class ZerothOrderOracle(Oracle):
             return Estimate(np.zeros(d), 0.0, participation, b, 0)
         sym = self.symmetric_diff
         sc = 0.5 if sym else 1.0
-        s, k, U0 = self._sum(x, y, idx, d, sgn=1.0, scale=sc, clip=self.L * dist, rec_clip=self._rec(dist),
-                             sym=sym)
+        J = self.directions
+        f = d / J
+        s, k, U0 = self._sum(x, y, idx, J, sgn=1.0, scale=sc * f, clip=self.L * dist * f,
+                             rec_clip=self._rec(dist), sym=sym)
         psi = self._psi_part(x, y, U0, sgn=1.0, scale=sc)
         if sym and self._has_psi:
             psi = psi + self._psi_part(x, y, -U0, sgn=1.0, scale=sc)  # the -u half: (.)(-u)
-        value = (s / max(b, 1) + psi) / self.h
+        value = (s / max(b, 1) + f * psi) / self.h
         return Estimate(value, factor * self._bound() * dist / (max(b, 1) * self.h), participation, b, k)
 
     def naive(self, w: np.ndarray, idx: np.ndarray, participation: Participation, *,

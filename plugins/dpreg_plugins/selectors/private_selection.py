@@ -247,6 +247,7 @@ class AboveThresholdSelector(Selector):
     """AboveThreshold over iterates: the first (noisy) alpha-SOSP (or alpha-FOSP)."""
 
     name = "above-threshold"
+    sparse_data = True  # gradients and Hessians through the problem, which has CSR kernels
     summary = "AboveThreshold (sparse vector): first iterate whose noisy |grad| and lambda_min pass the alpha-SOSP test (pure eps-DP)"
     params = (
         ParamSpec("alpha", "float", None, "target alpha: pass if |grad F| <= alpha and lambda_min >= -sqrt(rho alpha)",
