@@ -345,6 +345,7 @@ def kernel_race(model, batch=BATCH, reps=40, rows=4096, seed=0) -> dict:
                 return [f @ g for g in gs]
 
             out[f"opacus-{dt[-2:]}"] = clock(opacus_sum)
+            net = _torch_model(torch, hidden, dtype, P)  # a module GradSampleModule has not hooked
             params = {k: v.detach() for k, v in net.named_parameters()}
 
             def loss_one(prm, x, t, net=net):
