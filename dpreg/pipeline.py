@@ -339,7 +339,8 @@ def _validate(cfg: RunConfig, reg):
         from .tasks import parse_target_bounds, predicts_target
 
         parse_target_bounds(cfg.target_bounds)
-        if loss is not None and not predicts_target(loss):  # known before any data is read
+        # known before any data is read, unless the loss takes its task from the data (a network's head)
+        if loss is not None and not predicts_target(loss) and not hasattr(loss, "for_task"):
             raise ParameterError(f"--target-bounds applies to regression losses (squared, huber); "
                                  f"loss {loss.name!r} does not predict its target")
     if cfg.scaling == "private" and not (0 < cfg.scaling_share < 1):
