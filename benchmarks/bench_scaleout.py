@@ -12,9 +12,10 @@ sends each way, every worker's memory against the bytes of the shards it
 holds, and what bypassing the compiled multi-step paths costs a sharded run.
 
     python -m pytest benchmarks/bench_scaleout.py --benchmark-enable    # tiny (CI runs it untimed)
-    python benchmarks/bench_scaleout.py --rows 8000000 --features 50 --shards 8 \\
-        --worker-memory 2.5GiB --dir /tmp/d41-dask/scale --json scale.json   # the page's figures
+    python benchmarks/bench_scaleout.py --rows 8000000 --features 50 --shards 8 --worker-memory 3GiB \\
+        --dir /tmp/d41-dask/scale --rounds 5 --reps 3 --check-limit --json scale.json   # the page's figures
     python benchmarks/bench_scaleout.py --model scale.json                # the projection to 8-64 workers
+    python benchmarks/bench_scaleout.py --rows 20000000 --shards 16 --dir DIR --write-only   # data for dpreg run
 
 The shards are written once (npz, a public seed per shard) and reused while
 their manifest matches.  Threads: the single-process run and every worker use
@@ -436,6 +437,8 @@ def main(argv=None) -> None:
     ap.add_argument("--small-batch", type=int, default=256)
     ap.add_argument("--check-limit", action="store_true",
                     help="also load every shard on one worker under the memory limit (it must fail)")
+    ap.add_argument("--write-only", action="store_true",
+                    help="write the shards into --dir (or find them there) and stop: data for dpreg run")
     ap.add_argument("--json", default=None, help="write the measurements here")
     ap.add_argument("--model", default=None, help="print the tables and projection of a measurements file")
     ap.add_argument("--c-ns", type=float, default=None, help="projection: ns per record on one core")
@@ -446,6 +449,10 @@ def main(argv=None) -> None:
         print_tables(json.load(open(args.model)), c=None if args.c_ns is None else args.c_ns * 1e-9,
                      L1=None if args.l1_ms is None else args.l1_ms * 1e-3,
                      h=None if args.h_ms is None else args.h_ms * 1e-3)
+        return
+    if args.write_only:
+        paths = write_shards(args.dir, args.rows, args.features, args.shards)
+        print(f"{len(paths)} shards of {args.rows:,} x {args.features} in {args.dir}")
         return
     args.big_batch = args.big_batch or args.rows // 20
     _threads(args.threads)

@@ -11,10 +11,28 @@ import functools
 import json
 import os
 import sys
+import time
 
 import click
 
 from .errors import DpregError
+
+#: when this module was imported (the clock of :func:`process_seconds` where /proc is missing)
+_IMPORTED_AT = time.perf_counter()
+
+
+def process_seconds() -> float:
+    """Wall seconds since this process started (Linux ``/proc``), else since
+    this module was imported: what a user's clock shows, the interpreter's
+    start-up and the imports included."""
+    try:
+        with open("/proc/self/stat") as fh:
+            start_ticks = int(fh.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as fh:
+            up = float(fh.read().split()[0])
+        return max(0.0, up - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter() - _IMPORTED_AT
 
 
 def user_errors(f):
@@ -460,12 +478,19 @@ def _summary(rec, out):
         passes = f" passes={ri['passes_made']}" if ri.get("passes_made") is not None else ""
         click.echo(f"  usage     iterations={u['iterations']}{passes} records_used={u['records_used']} "
                    f"gradient_evaluations={u['gradient_evaluations']}")
-        click.echo(f"  time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s)")
+        click.echo(f"  time      total={t['total_s']:.2f}s (compile/load {t['compile_s']:.2f}s, run {t['run_s']:.2f}s; "
+                   f"{process_seconds():.2f}s since the process started)")
         be = diag.get("backend")
         if be:
             tr = be["traffic"]
             click.echo(f"  backend   {be['backend']}: {be['shards']} shards on {be['workers']} worker(s); per step "
                        f"{tr['bytes_down_per_step']:.0f} B down, {tr['bytes_up_per_step']:.0f} B up")
+            if be.get("driver_memory") and be.get("worker_memory"):
+                gib = 2.0 ** 30
+                held = ", ".join(f"{m['peak_rss'] / gib:.2f} ({m['held_bytes'] / gib:.2f} held)"
+                                 for m in be["worker_memory"])
+                click.echo(f"  memory    peak GiB: driver {be['driver_memory']['peak_rss'] / gib:.2f}; "
+                           f"shard holders {held}")
     if out:
         click.echo(f"record    {out}")
     diag = rec.get("diagnostics") or {}

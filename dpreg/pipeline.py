@@ -157,6 +157,10 @@ class RunConfig:
     worker_memory: Any = None
     #: seconds to reach the scheduler before giving up
     scheduler_timeout: float = 10.0
+    #: where the algorithm starts: None (its own start) or a parameter vector of the problem, public
+    #: input such as an earlier release's ``model["weights"]`` (the scikit-learn estimators'
+    #: ``warm_start``); only algorithms that honour an initial point accept one
+    init: Any = None
 
 
 def _parse_name_options(spec: str) -> tuple[str, dict]:
@@ -659,6 +663,11 @@ def run_pipeline(cfg: RunConfig) -> dict:
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed,
                     progress=cfg.progress)
+    if cfg.init is not None:
+        if not algo_cls.honours_init:
+            raise ParameterError(f"algorithm {algo_cls.name!r} does not start from a given point: "
+                                 f"a warm start needs one that does (dp-sgd, dp-gd, adaptive-spider, ...)")
+        algo.init = np.array(cfg.init, dtype=float)
     stage(f"{algo_cls.name}: calibrating noise, running")
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):  # a diverging run is reported below, in one line
@@ -1048,18 +1057,33 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
             return None
 
     # the costly diagnostics of the run (the lambda_min certificates, the trajectory) share this many
-    # seconds, in equal parts; the non-private optimum is the data set's, solved once (cached)
+    # seconds from the start of the evaluation: each gets an equal part of what is left when it starts
+    # (so the cheap passes before it count too, the non-private optimum not: it is the data set's,
+    # solved once and cached)
     budget = diagnostics_budget(cfg.diagnostics_budget, timing["run_s"])
     parts = 2 + (test_problem is not None)
-    lim = None if math.isinf(budget) else budget / parts
+
+    solve_s = [0.0]  # the data set's optimum (solved once, then cached) is not the run's to pay for
+
+    def share(left: int):
+        """What is left of the budget, over the ``left`` parts still to run; never below the
+        least budget's equal part (a small problem's record does not depend on the load)."""
+        spent = time.perf_counter() - t0 - solve_s[0]
+        floor = min(budget, DIAGNOSTICS_MIN_BUDGET_S) / parts
+        return None if math.isinf(budget) else max(floor, (budget - spent) / left)
+
+    lim = share(parts)
     ev.update(guarded("train metrics", lambda: metrics.evaluate(problem, w, alpha=alpha, prefix="train",
                                                                  lambda_budget_s=lim)) or {})
     base.update(guarded("train baselines", lambda: _baselines(problem, "train")) or {})
     if test_problem is not None:
+        lim = share(parts - 1)
         ev.update(guarded("test metrics", lambda: metrics.evaluate(test_problem, w, alpha=alpha, prefix="test",
                                                                    lambda_budget_s=lim)) or {})
         base.update(guarded("test baselines", lambda: _baselines(test_problem, "test")) or {})
+    t_solve = time.perf_counter()
     w_np = guarded("non-private optimum", lambda: nonprivate_optimum(problem, public=public_data))
+    solve_s[0] = time.perf_counter() - t_solve
     w_np = _a_reference(problem, w_np, base)
     if w_np is not None:
         base["nonprivate_train_loss"] = float(problem.value(w_np))
@@ -1078,6 +1102,8 @@ def _diagnostics(cfg, problem, test_problem, w, out, accountant, inferred, selec
     traj = out.info.pop("trajectory", None)
     tr_summary = traj.summary() if traj is not None else {}
     if traj is not None:
+        # the loss and accuracy at the kept checkpoints cost about what their gradients do: half each
+        lim = share(2)
         cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates,
                                                                          budget_s=lim))
         if cp is not None:

@@ -46,6 +46,14 @@ default (``"auto"``) it is estimated privately with ``target_share`` of the
 budget (:mod:`dpreg.tasks`), which for small data costs accuracy: declare it
 when it is known.
 
+Weights: ``fit`` takes no ``sample_weight`` and ``DPClassifier`` no ``class_weight`` other
+than None; each is refused in one line saying why (:data:`NO_SAMPLE_WEIGHT`,
+:data:`NO_CLASS_WEIGHT`).  ``warm_start=True`` starts the next ``fit`` from the
+last fit's released model (same features, classes, loss and intercept; an
+algorithm that honours an initial point): that start is a release, so the fit
+stays (epsilon, delta)-DP, but fits on the same records compose - their
+epsilons and deltas add - which ``privacy_["warm_start"]`` states.
+
 ``random_state=None`` (the default) draws the noise from OS entropy, as
 ``dpreg run`` does; an integer is the reproducible research mode (keep it
 secret; a :class:`dpreg.PrivacyWarning` says so at each fit, as do the other
@@ -66,6 +74,53 @@ CLASSES_INFERRED = ("classes read off y: one record can change the set of classe
                     "guarantee does not cover; pass classes=(...) to declare them")
 
 
+#: why ``fit`` refuses ``sample_weight`` (one line)
+NO_SAMPLE_WEIGHT = ("sample_weight is not supported: the privacy guarantee bounds each record's clipped "
+                    "gradient, and per-record weights are not part of the clipped kernels; fit on the records "
+                    "as they are (repeating a record to weight it breaks its guarantee)")
+#: why ``DPClassifier`` refuses a ``class_weight`` (one line)
+NO_CLASS_WEIGHT = ("class_weight is not supported: per-record weights are not part of the clipped kernels the "
+                   "privacy guarantee is proven for, and 'balanced' would read the class counts off y outside "
+                   "the accounting; use class_weight=None")
+#: what a warm-started fit's privacy statement says
+WARM_NOTE = ("started from the previous fit's released model (public input): fits on the same records "
+             "compose - their epsilons and deltas add")
+
+
+def _refuse_fit_params(fit_params: dict) -> None:
+    from .errors import ParameterError
+
+    if "sample_weight" in fit_params:
+        if fit_params["sample_weight"] is None:
+            fit_params = {k: v for k, v in fit_params.items() if k != "sample_weight"}
+        else:
+            raise ParameterError(NO_SAMPLE_WEIGHT)
+    if fit_params:
+        raise ParameterError(f"fit takes X and y only; got {', '.join(sorted(fit_params))}")
+
+
+def _warm_init(est, X):
+    """The starting point of a warm-started ``fit``: the previous fit's
+    released weights (None when ``warm_start`` is off or nothing was fitted);
+    a previous fit of another shape is refused in one line."""
+    from .errors import ParameterError
+
+    if not est.warm_start or not hasattr(est, "record_"):
+        return None
+    prev = est.record_["release"]["model"]
+    if getattr(est, "backend", None) not in (None, "local"):
+        raise ParameterError("warm_start runs in this process only: use backend=None with warm_start=True")
+    if prev.get("n_features") != X.shape[1]:
+        raise ParameterError(f"warm_start: the previous fit had {prev.get('n_features')} features, X has "
+                             f"{X.shape[1]}; set warm_start=False to fit afresh")
+    return np.asarray(prev["weights"], dtype=float)
+
+
+def _mark_warm(rec, init) -> None:
+    if init is not None:
+        rec["release"]["privacy"]["warm_start"] = WARM_NOTE
+
+
 def _check_diagnostics(est) -> None:
     from .errors import ParameterError
 
@@ -73,7 +128,7 @@ def _check_diagnostics(est) -> None:
         raise ParameterError(f"diagnostics must be False, True or 'light', got {est.diagnostics!r}")
 
 
-def _run(est, X, y, *, loss: str, labels, task: str, extra: dict):
+def _run(est, X, y, *, loss: str, labels, task: str, extra: dict, init=None):
     """The pipeline run of one ``fit`` (the estimator's own parameters, arrays
     in): its record."""
     from .params import practitioner_params
@@ -98,7 +153,8 @@ def _run(est, X, y, *, loss: str, labels, task: str, extra: dict):
         seed=est.random_state, intercept=intercept,
         scaling="bounds" if est.bounds is not None else est.scaling, bounds=est.bounds,
         labels=labels, task=task, diagnostics=est.diagnostics, warn=warn, backend=getattr(est, "backend", None),
-        scheduler=getattr(est, "scheduler", None), workers=getattr(est, "workers", None), **extra))
+        scheduler=getattr(est, "scheduler", None), workers=getattr(est, "workers", None), init=init,
+        **extra))
 
 
 def _fitted_release(est, rec) -> None:
@@ -143,6 +199,10 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
     diagnostics:     False (the default: the fitted estimator holds the release alone), "light"
                      (adds counts and accounting) or True (adds metrics on the training data too):
                      non-private, as ``dpreg run``'s record labels them
+    warm_start:      True: the next ``fit`` starts from this fit's released model (the budgets of
+                     fits on the same records add; ``privacy_["warm_start"]`` says so)
+    class_weight:    None only: weights are refused in one line saying why (:data:`NO_CLASS_WEIGHT`);
+                     ``fit`` likewise refuses ``sample_weight``
 
     Fitted attributes: ``classes_``, ``n_features_in_``, ``coef_`` ((1, p) for two classes,
     (K, p) for K) and ``intercept_`` ((1,) or (K,)), over the row-scaled features (see
@@ -158,7 +218,7 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
                  epochs: float | None = None, lr: float | None = None, batch_size: int | None = None,
                  max_grad_norm: float | None = None, noise_multiplier: float | None = None,
                  diagnostics: bool | str = False, backend: str | None = None, scheduler: str | None = None,
-                 workers: int | None = None):
+                 workers: int | None = None, warm_start: bool = False, class_weight: Any = None):
         self.algorithm = algorithm
         self.noise = noise
         self.loss = loss
@@ -180,6 +240,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         self.backend = backend
         self.scheduler = scheduler
         self.workers = workers
+        self.warm_start = warm_start
+        self.class_weight = class_weight
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -206,10 +268,17 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
             raise ValueError(f"loss {spec!r} is binary but y has {K} classes: use loss='softmax' (or 'auto')")
         return spec, task
 
-    def fit(self, X, y):
-        """Fit a private model on ``(X, y)``; returns self."""
+    def fit(self, X, y, **fit_params):
+        """Fit a private model on ``(X, y)``; returns self.  ``sample_weight``
+        (the only other argument scikit-learn passes) is refused in one line."""
+        from .errors import ParameterError
+
+        _refuse_fit_params(fit_params)
+        if self.class_weight is not None:
+            raise ParameterError(NO_CLASS_WEIGHT)
         _check_diagnostics(self)
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=False)
+        init = _warm_init(self, X)
         check_classification_targets(y)
         classes = np.unique(y) if self.classes is None else np.asarray(self.classes)
         if len(classes) < 2:
@@ -218,6 +287,10 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
         if len(np.unique(classes)) != len(classes):
             raise ValueError(f"classes must be distinct, got {classes.tolist()}")
         spec, task = self._loss_for(len(classes))
+        if init is not None and (self.record_["release"]["model"].get("loss_spec") != spec
+                                 or list(self.classes_) != classes.tolist()):
+            raise ParameterError("warm_start: the previous fit had another loss or other classes; set "
+                                 "warm_start=False to fit afresh")
         self.classes_ = classes
         index = {c: k for k, c in enumerate(classes.tolist())}
         try:
@@ -235,7 +308,8 @@ class DPClassifier(ClassifierMixin, BaseEstimator):
             from .errors import PrivacyWarning
 
             warnings.warn(CLASSES_INFERRED, PrivacyWarning, stacklevel=2)
-        rec = _run(self, X, yy, loss=spec, labels=labels, task=task, extra={})
+        rec = _run(self, X, yy, loss=spec, labels=labels, task=task, extra={}, init=init)
+        _mark_warm(rec, init)
         privacy = rec["release"]["privacy"]
         privacy["classes"] = {"source": "inferred" if inferred else "declared",
                               "note": CLASSES_INFERRED if inferred else "declared by the caller (public input)"}
@@ -284,7 +358,7 @@ class DPRegressor(RegressorMixin, BaseEstimator):
                      ``target_share`` of epsilon; "none": y as it is
     target_share:    the share of epsilon the "auto" range spends
     params, epochs, lr, batch_size, max_grad_norm, noise_multiplier, fit_intercept, scaling,
-    bounds, random_state, diagnostics: as :class:`DPClassifier`
+    bounds, random_state, diagnostics, warm_start: as :class:`DPClassifier`
 
     Fitted attributes: ``n_features_in_``, ``coef_`` (p,) and ``intercept_`` (float) over the
     row-scaled features and in the model's target units (``target_`` maps them back),
@@ -298,7 +372,8 @@ class DPRegressor(RegressorMixin, BaseEstimator):
                  bounds: tuple | None = None, target_bounds: Any = "auto", target_share: float = 0.1,
                  random_state: int | None = None, epochs: float | None = None, lr: float | None = None,
                  batch_size: int | None = None, max_grad_norm: float | None = None,
-                 noise_multiplier: float | None = None, diagnostics: bool | str = False):
+                 noise_multiplier: float | None = None, diagnostics: bool | str = False,
+                 warm_start: bool = False):
         self.algorithm = algorithm
         self.noise = noise
         self.loss = loss
@@ -318,6 +393,7 @@ class DPRegressor(RegressorMixin, BaseEstimator):
         self.max_grad_norm = max_grad_norm
         self.noise_multiplier = noise_multiplier
         self.diagnostics = diagnostics
+        self.warm_start = warm_start
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -325,22 +401,31 @@ class DPRegressor(RegressorMixin, BaseEstimator):
         tags.non_deterministic = self.random_state is None
         return tags
 
-    def fit(self, X, y):
-        """Fit a private regression model on ``(X, y)``; returns self."""
+    def fit(self, X, y, **fit_params):
+        """Fit a private regression model on ``(X, y)``; returns self.
+        ``sample_weight`` is refused in one line."""
+        from .errors import ParameterError
+
+        _refuse_fit_params(fit_params)
         _check_diagnostics(self)
         from .pipeline import get_loss
         from .registry import get_registry
         from .tasks import predicts_target
 
         X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float64, y_numeric=True)
+        init = _warm_init(self, X)
         if X.shape[0] < 2:
             raise ValueError(f"DPRegressor needs at least 2 records, got n_samples={X.shape[0]}")
         loss = get_loss(get_registry(), self.loss)
         if not (predicts_target(loss) or getattr(loss, "for_task", None) is not None):
             raise ValueError(f"loss {self.loss!r} is not a regression loss (squared, huber): use DPClassifier")
+        if init is not None and self.record_["release"]["model"].get("loss_spec") != self.loss:
+            raise ParameterError("warm_start: the previous fit had another loss; set warm_start=False to fit afresh")
         tb = self.target_bounds
         rec = _run(self, X, np.asarray(y, dtype=np.float64), loss=self.loss, labels=None, task="regression",
-                   extra={"target_bounds": "auto" if tb is None else tb, "target_share": self.target_share})
+                   extra={"target_bounds": "auto" if tb is None else tb, "target_share": self.target_share},
+                   init=init)
+        _mark_warm(rec, init)
         _fitted_release(self, rec)
         m = rec["release"]["model"]
         self.coef_ = None if m["coef"] is None else np.asarray(m["coef"], dtype=float)

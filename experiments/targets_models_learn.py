@@ -1,20 +1,24 @@
 """The standing table of docs/models-learn.md: every registered algorithm at its
-defaults on five data sets at eps = 1 and 4 - test accuracy, its gap to dp-sgd's
+defaults on seven data sets at eps = 1 and 4 - test accuracy, its gap to dp-sgd's
 and to the majority rate.
 
     NUMBA_NUM_THREADS=1 nice python experiments/targets_models_learn.py [--seeds 3] [--algos a,b]
-        [--data breast-cancer,digits,adult,ijcnn1,synthetic] [--epsilons 1,4] [--out table.json]
-    python experiments/targets_models_learn.py --from-json table.json     # the table of a former run
+        [--data breast-cancer,wine,digits,adult-4601,adult,ijcnn1,synthetic] [--epsilons 1,4] [--out table.json]
+    python experiments/targets_models_learn.py --from-json table.json [--compact]   # a former run's table
     python experiments/targets_models_learn.py --tiny      # the smoke run CI makes (seconds)
 
 Data sets (each with a fixed public split; research seeds 0, 1, ... for the mechanisms):
 
 * ``breast-cancer``: scikit-learn's 569 x 30, a seeded 80/20 split (split seed 0), the
   data set's declared public feature bounds (what ``--scaling auto`` applies);
+* ``wine``: scikit-learn's 178 x 13, binary label class 1 (cultivar 2) against the other
+  two, a seeded 80/20 split, the data set's declared public feature bounds;
 * ``digits``: scikit-learn's bundled digits (1,797 x 64, 8 x 8 pixels in 0..16), binary
   label digit >= 5, a seeded 80/20 split, the public pixel bounds [0, 16];
 * ``adult``: the shipped a9a (32,561 x 123) and its official test split (no feature map:
   ``--scaling auto`` for a source of one-hot indicators);
+* ``adult-4601``: the first 4,601 of those training records (spambase's size), the same
+  test split;
 * ``ijcnn1``: ../shared/data/ijcnn1.trn (49,990 x 22) and ijcnn1.tst (91,701; no
   feature map: ``--scaling auto`` for an svmlight file);
 * ``synthetic``: synthetic-logistic with n = 300, d = 10, noise 0.25 (a planted logistic
@@ -45,7 +49,9 @@ import dpreg
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 ALGOS = ("dp-sgd", "dp-gd", "dp-spider", "adaptive-spider", "perturbed-sgd", "warm-start", "dp-trust-region",
          "dp-stochastic-trust-region", "zo-o2nc", "distributed-spider")
-DATASETS = ("breast-cancer", "digits", "adult", "ijcnn1", "synthetic")
+DATASETS = ("breast-cancer", "wine", "digits", "adult-4601", "adult", "ijcnn1", "synthetic")
+#: the adult subset: the first 4,601 training records (a spambase-sized set)
+ADULT_SUBSET = 4601
 #: the synthetic set: n = 300 training records of a planted logistic model
 SYNTHETIC = dict(n=300, d=10, noise=0.25)
 
@@ -75,9 +81,18 @@ def load(name: str, generation: int = 0):
         y = np.where(t >= 5, 1.0, -1.0)
         Xtr, ytr, Xte, yte = _split(X.astype(float), y, 0.2, 0)
         return Xtr, ytr, Xte, yte, dict(scaling="bounds", bounds=([0.0] * 64, [16.0] * 64))
-    if name == "adult":
+    if name == "wine":
+        src = reg.get("dataset", "wine")()
+        X, t = src.load(0)
+        y = np.where(t == 1, 1.0, -1.0)
+        Xtr, ytr, Xte, yte = _split(X, y, 0.2, 0)
+        return Xtr, ytr, Xte, yte, dict(scaling="bounds", bounds=src.bounds)
+    if name in ("adult", "adult-4601"):
         src = reg.get("dataset", "adult")()
-        return (*src.load(0), *src.load_test(0), dict(scaling="none"))
+        Xtr, ytr = src.load(0)
+        if name == "adult-4601":
+            Xtr, ytr = Xtr[:ADULT_SUBSET], ytr[:ADULT_SUBSET]
+        return (Xtr, ytr, *src.load_test(0), dict(scaling="none"))
     if name == "ijcnn1":
         from dpreg.data import Schema, load_file
 
@@ -201,6 +216,28 @@ def markdown(res, algos, names, epsilons, seeds) -> str:
     return "\n".join(lines) + "\n"
 
 
+def compact(res, algos, names, epsilons) -> str:
+    """The whole table on one grid: per algorithm and (data set, eps), the mean test accuracy,
+    its gap to dp-sgd and to the majority rate in points."""
+    cols = [(n, e) for n in names for e in epsilons if any(k[1] == n and k[2] == e for k in res)]
+    lines = ["| algorithm | " + " | ".join(f"{n} ε={e:g}" for n, e in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for algo in algos:
+        cells = []
+        for n, e in cols:
+            c, ref = res.get((algo, n, e)), res.get(("dp-sgd", n, e))
+            if c is None:
+                cells.append("")
+                continue
+            a = float(np.mean(c["acc"]))
+            vs = "" if ref is None or algo == "dp-sgd" else f"{100 * (a - np.mean(ref['acc'])):+.1f} / "
+            cells.append(f"{a:.3f} ({vs}{100 * (a - c['majority']):+.1f})")
+        lines.append(f"| {algo} | " + " | ".join(cells) + " |")
+    lines.append("| majority rate | " + " | ".join(
+        f"{next(c for k, c in res.items() if k[1] == n and k[2] == e)['majority']:.3f}" for n, e in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -220,6 +257,8 @@ def main(argv=None):
     ap.add_argument("--tiny", action="store_true", help="smoke run: 200-row subsets, one seed, eps = 1")
     ap.add_argument("--out", help="also write the raw results as JSON")
     ap.add_argument("--from-json", help="render the table of a former --out file instead of running")
+    ap.add_argument("--compact", action="store_true", help="with --from-json: the whole table on one grid "
+                    "(accuracy, then its gap to dp-sgd / to the majority rate in points)")
     ap.add_argument("--params", default=None, help="algorithm parameters as JSON for every run (default: none; "
                     "the keys 'noise' and 'loss' name the noise plugin and the loss)")
     a = ap.parse_args(argv)
@@ -239,7 +278,7 @@ def main(argv=None):
         names = [x for x in names if any(k[1] == x for k in res)]
         epsilons = [e for e in epsilons if any(k[2] == e for k in res)]
         seeds = list(range(len(next(iter(res.values()))["acc"])))
-        print(markdown(res, algos, names, epsilons, seeds))
+        print(compact(res, algos, names, epsilons) if a.compact else markdown(res, algos, names, epsilons, seeds))
         return res
     mode = "validation" if a.validation else "test"
     made_at = commit()

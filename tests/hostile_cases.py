@@ -110,6 +110,12 @@ CASES = [
     Case("sweep-scheduler-refused", "--scheduler on a closed local port",
          dpreg("sweep", "g.toml", "--out-dir", "out", "--scheduler", "tcp://127.0.0.1:9"),
          files={"g.toml": GRID}, says=("cannot reach the Dask scheduler",)),
+    Case("run-scheduler-not-a-port", "dpreg run --backend dask --scheduler tcp://127.0.0.1:notaport",
+         dpreg("run", *SMALL, "--backend", "dask", "--scheduler", "tcp://127.0.0.1:notaport", "--out", "none"),
+         says=("cannot reach the Dask scheduler",), max_s=60.0),
+    Case("run-scheduler-refused", "dpreg run --backend dask --scheduler on a closed local port",
+         dpreg("run", *SMALL, "--backend", "dask", "--scheduler", "tcp://127.0.0.1:9", "--out", "none"),
+         says=("cannot reach the Dask scheduler",), max_s=60.0),
     Case("predict-readme-adult-model-on-ijcnn1", "README: adult's model predicting IJCNN1 (22 of 123 features)",
          dpreg("predict", "adult-model.json", "--data", str(Path(__file__).resolve().parents[2] / "shared" / "data"
                                                               / "ijcnn1.tst.bz2")),

@@ -53,6 +53,40 @@ def test_defaults_fit_a_hundred_records(algo):
     assert rec["release"]["privacy"]["epsilon"] <= 1.0 + 1e-9
 
 
+def test_dp_gd_steps_follow_the_privacy_scale():
+    """dp-gd's T grows with S = n eps / sqrt(d ln(1/delta)): 2 S steps below
+    S = 25 (a small budget buys few useful full-batch steps), at least 50 from
+    there, 0.6 S up to the cap of 500."""
+    from dpreg_plugins.algorithms.dp_gd import default_steps
+    from dpreg_plugins.algorithms.schedule import privacy_scale
+
+    for n, d, eps in [(142, 14, 1.0), (300, 11, 1.0), (455, 31, 4.0), (4601, 124, 1.0), (32561, 124, 1.0)]:
+        S = privacy_scale(n, d, eps, 1e-5)
+        T = default_steps(n, d, eps, 1e-5)
+        expect = 2 * S if S < 25 else max(50, 0.6 * S)
+        assert T == min(500, int(np.ceil(expect))), (n, d, eps, S, T)
+    assert default_steps(142, 14, 1.0, 1e-5) < default_steps(142, 14, 4.0, 1e-5)
+
+
+@pytest.mark.slow
+def test_dp_gd_learns_on_a_wine_sized_set():
+    """n = 140, d = 13, eps = 1 (S about 11): dp-gd's defaults beat the
+    majority rate by 15 points on fresh records of the planted model, on
+    average over three seeds (0.71; 50 steps reach 0.62)."""
+    from dpreg.registry import get_registry
+
+    src = get_registry().get("dataset", "synthetic-logistic")
+    X, y = src(n=140, d=13, noise=0.1).load(5)
+    Xte, yte = src(n=4 * 4000, d=13, noise=0.1).load_test(5)
+    accs, majority = [], None
+    for seed in (0, 1, 2):
+        rec = dpreg.run(algo="dp-gd", data=(X, y), test_data=(Xte, yte), labels=(-1.0, 1.0), epsilon=1.0,
+                        seed=seed, warn=lambda m: None, diagnostics_budget=0.0)
+        accs.append(rec["diagnostics"]["metrics"]["test_accuracy"])
+        majority = rec["diagnostics"]["baselines"]["test_majority_rate"]
+    assert np.mean(accs) >= majority + 0.15, (accs, majority)
+
+
 def test_dp_sgd_trains_networks_like_networks():
     """A network loss (mlp) gets the settings practitioners train networks with
     under DP - 20 epochs of expected batch min(256, n/4), clip 1, step 1 - not

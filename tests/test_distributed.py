@@ -64,6 +64,19 @@ def test_one_client_is_perturbed_sgd_bit_for_bit(registry, pb, noise, passes):
     assert ob.info["client_privacy"][0]["epsilon_spent"] == pytest.approx(acc_b.epsilon_spent, rel=1e-12)
 
 
+def test_step_cap_default(registry, pb):
+    """The practical step cap is STEP_CAP G/M = G/(2M), distributed-spider's as
+    perturbed-sgd's; given or preset=theory, the parameter decides."""
+    from dpreg_plugins.algorithms import perturbed_sgd
+
+    G, M, _ = pb.constants()
+    assert perturbed_sgd.STEP_CAP == 0.5
+    for name in ("distributed-spider", "perturbed-sgd"):
+        assert _algo(registry, name, pb)[0].resolve()["step_cap"] == pytest.approx(0.5 * G / M)
+        assert _algo(registry, name, pb, step_cap=0.2)[0].resolve()["step_cap"] == 0.2
+        assert _algo(registry, name, pb, preset="theory")[0].resolve()["step_cap"] == 0.0
+
+
 @pytest.mark.slow  # Dask worker processes (about 5-15 s to start on 2 busy cores)
 def test_dask_backend_equals_local_bit_for_bit_four_clients(registry, pb, cluster):
     kw = dict(clients=4, sharding="contiguous", select="distributed-selection")

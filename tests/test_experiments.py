@@ -39,6 +39,6 @@ def test_large_d_timing_runs_tiny(capsys):
     mod = _module("large_d_timing")
     res = mod.main(["--tiny"])
     assert set(res) == set(mod.ALGOS)
-    for call_s, run_s, eval_s, acc in res.values():
-        assert 0 < run_s <= call_s and eval_s >= 0 and 0.0 <= acc <= 1.0
+    for call_s, cpu_s, run_s, eval_s, acc in res.values():
+        assert 0 < run_s <= call_s and cpu_s > 0 and eval_s >= 0 and 0.0 <= acc <= 1.0
     assert "| dp-trust-region |" in capsys.readouterr().out

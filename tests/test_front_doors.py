@@ -39,7 +39,8 @@ def _releases(tmp_path, X, y, algo, **opts):
     return clf.record_["release"], rec_run["release"], rec_cli["release"]
 
 
-@pytest.mark.parametrize("n, d, algo", [(3000, 5, "dp-sgd"), (400, 8, "dp-sgd"), (400, 8, "dp-gd")])
+@pytest.mark.parametrize("n, d, algo", [(3000, 5, "dp-sgd"), (400, 8, "dp-sgd"), (400, 8, "dp-gd"),
+                                        (400, 8, "adaptive-spider"), (400, 8, "dp-spider")])
 def test_same_defaults_same_release(tmp_path, n, d, algo):
     """n = 3,000, d = 5: ``--scaling auto`` takes private feature scales (the
     rule of dpreg.preprocess); n = 400: none.  Either way the three doors

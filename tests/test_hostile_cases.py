@@ -307,6 +307,7 @@ def test_sweep_workers_exit_when_the_sweep_is_killed(tmp_path):
 
 @pytest.mark.slow
 def test_a_scheduler_that_accepts_and_never_answers_fails_within_seconds(tmp_path):
+    """A sweep and a run, each in one line, well before a user would give up."""
     import socket
     import threading
 
@@ -326,10 +327,12 @@ def test_a_scheduler_that_accepts_and_never_answers_fails_within_seconds(tmp_pat
 
     t = threading.Thread(target=accept, daemon=True)
     t.start()
+    addr = f"tcp://127.0.0.1:{srv.getsockname()[1]}"
     try:
         (tmp_path / "g.toml").write_text(H.GRID)
-        r = H.run_case(H.dpreg("sweep", "g.toml", "--out-dir", "out", "--scheduler",
-                               f"tcp://127.0.0.1:{srv.getsockname()[1]}"), tmp_path, timeout=300)
+        r = H.run_case(H.dpreg("sweep", "g.toml", "--out-dir", "out", "--scheduler", addr), tmp_path, timeout=300)
+        run = H.run_case(H.dpreg("run", *H.SMALL, "--backend", "dask", "--scheduler", addr, "--out", "r.json"),
+                         tmp_path, timeout=300)
     finally:
         stop.set()
         t.join()
@@ -338,6 +341,8 @@ def test_a_scheduler_that_accepts_and_never_answers_fails_within_seconds(tmp_pat
         srv.close()
     assert r["code"] == 2 and "no answer in 10 s" in _one_error(r["stderr"])
     assert r["s"] < 60 and not (tmp_path / "out").exists()
+    assert run["code"] == 2 and "cannot reach the Dask scheduler" in _one_error(run["stderr"])
+    assert run["s"] < 60 and not (tmp_path / "r.json").exists()
 
 
 def test_an_orphaned_worker_exits(tmp_path):
@@ -394,3 +399,60 @@ def test_a_worker_that_dies_is_an_error_row_and_the_others_run(tmp_path):
         pool.close(kill=True)
     assert rows[0]["status"] == "error" and "worker process died" in rows[0]["error"], rows[0]
     assert rows[1]["status"] == "ok", rows[1]
+
+
+@pytest.mark.slow
+def test_the_time_line_states_the_wall_time_a_user_sees(tmp_path):
+    """The summary's time line gives the seconds since the process started
+    (start-up and imports included), which the pipeline's own total leaves out."""
+    import re
+
+    r = H.run_case(H.dpreg("run", *H.SMALL, "--out", "none"), tmp_path, timeout=600)
+    assert r["code"] == 0, r["stderr"]
+    line = [ln for ln in r["stdout"].splitlines() if ln.strip().startswith("time ")][0]
+    since = float(re.search(r"([0-9.]+)s since the process started", line).group(1))
+    total = float(re.search(r"total=([0-9.]+)s", line).group(1))
+    assert total <= since <= r["s"] + 0.5, (line, r["s"])
+    assert since >= 0.5 * r["s"], (line, r["s"])  # the wall clock, not the pipeline's share of it
+
+
+# ----------------------------------------------------------------- the run plot
+@pytest.fixture(scope="module")
+def full_record(tmp_path_factory):
+    """A record with full diagnostics (the checkpoints the run plot draws), as JSON text reads back."""
+    import dpreg
+    from dpreg.results import to_json
+
+    rec = dpreg.run(algo="dp-gd", data="synthetic-logistic:n=600,d=5", params={"steps": 40}, warn=False)
+    return json.loads(to_json(rec))
+
+
+def test_run_plot_shows_loss_and_accuracy_against_their_references(full_record):
+    from dpreg_plugins.commands.plot import run_panels
+
+    panels = {p["title"]: p for p in run_panels(full_record)}
+    loss, acc = panels["training loss"], panels["accuracy"]
+    steps, values = loss["series"]["train loss"]
+    assert len(steps) >= 3 and values[-1] < values[0]  # the model learned: the curve goes down
+    assert {"loss at w = 0", "non-private optimum"} <= set(loss["refs"])
+    assert {"majority class (train)", "non-private optimum (test)", "final test accuracy"} <= set(acc["refs"])
+    assert acc["refs"]["final test accuracy"] > acc["refs"]["majority class (test)"]
+
+
+def test_run_plot_uses_a_log_axis_where_scales_differ_and_names_no_directory(full_record, tmp_path, monkeypatch):
+    import copy
+
+    from dpreg_plugins.commands import plot as P
+
+    rec = copy.deepcopy(full_record)
+    cps = rec["diagnostics"]["trajectory"]["checkpoints"]
+    cps["grad_norm"] = [250.0 / 10 ** i for i in range(len(cps["steps"]))]  # from ~250 down past 0.01
+    panels = {p["title"]: p for p in P.run_panels(rec)}
+    assert panels[P.NICE.get("grad_norm", "grad_norm")]["log"] is True
+    assert panels["accuracy"]["log"] is False  # accuracies and their references within a factor of 20
+    rec["release"]["config"]["data"] = str(tmp_path / "secret-project" / "patients.csv")  # an absolute path
+    (tmp_path / "r.json").write_text(json.dumps(rec))
+    titles = []
+    monkeypatch.setattr(P, "_save", lambda fig, plt, out: titles.append(fig.get_suptitle()) or plt.close(fig) or out)
+    P.plot_run(str(tmp_path / "r.json"), str(tmp_path / "r.png"))
+    assert "patients.csv" in titles[0] and "secret-project" not in titles[0] and str(tmp_path) not in titles[0]

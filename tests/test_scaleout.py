@@ -2,11 +2,18 @@
 the in-process holder and from Dask worker processes, the sums of the shards
 against the plain problem, the shard readers and their schema rules, and
 refusals.  One LocalCluster of two worker processes on 127.0.0.1 serves the
-module (started by the fixture, stopped after the last test)."""
+module, and for the seeded runs a stand-in for a remote cluster: a ``dask
+scheduler`` and two ``dask worker`` processes started from the command line
+on 127.0.0.1 (both started by their fixtures, stopped after the last test)."""
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,6 +43,54 @@ def cluster():
         with distributed.Client(c, set_as_default=False) as client:
             client.run(_warm)
         yield c.scheduler_address
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory):
+    """A scheduler and two single-thread workers started as separate
+    programs (``dask scheduler``, ``dask worker``: how a remote cluster is
+    run) on 127.0.0.1, with nothing of this test module on their path; their
+    address.  The processes
+    (each the leader of its own process group) are stopped after the
+    module's last test."""
+    dask = Path(sys.executable).with_name("dask")
+    if not dask.exists():
+        pytest.skip("the dask command is not installed beside this interpreter")
+    root = tmp_path_factory.mktemp("remote")
+    sched_file = root / "scheduler.json"
+    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    procs = []
+
+    def start(*args):
+        log = open(root / f"{len(procs)}.log", "w")
+        procs.append(subprocess.Popen([str(dask), *args], stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root,
+                                      start_new_session=True))
+
+    try:
+        start("scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard", "--scheduler-file",
+              str(sched_file))
+        deadline = time.monotonic() + 120
+        while not sched_file.exists():
+            assert time.monotonic() < deadline and procs[0].poll() is None, (root / "0.log").read_text()
+            time.sleep(0.2)
+        time.sleep(0.2)  # the file written whole
+        address = json.loads(sched_file.read_text())["address"]
+        for _ in range(2):
+            start("worker", address, "--nthreads", "1", "--nworkers", "1", "--host", "127.0.0.1",
+                  "--no-dashboard", "--memory-limit", "2GiB")
+        with distributed.Client(address, set_as_default=False, timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+        yield address
+    finally:
+        for p in reversed(procs):  # workers first, then the scheduler: each by its own process group
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
 
 
 @pytest.fixture(scope="module")
@@ -98,30 +153,49 @@ ALGOS = {"dp-sgd": {"steps": 40, "batch": 300}, "dp-gd": {"steps": 15},
 # ------------------------------------------------------------ reproducibility
 @pytest.mark.slow  # the module's worker processes (started once, about 10-20 s on 2 busy cores)
 @pytest.mark.parametrize("algo", sorted(ALGOS))
-def test_worker_processes_give_the_in_process_bits(cluster, shards, algo):
-    """The same seeded run, its shards held by this process or by two Dask
-    worker processes (neither holding every shard): the same weights bit for
-    bit, the same privacy spent, within the budget."""
+def test_worker_processes_give_the_in_process_bits(cluster, remote, shards, algo):
+    """The same seeded run, its shards held by this process, by the two
+    worker processes of a LocalCluster, or by the two workers of a scheduler
+    run as separate programs (neither worker holding every shard): the same
+    weights bit for bit, the same privacy spent, within the budget."""
     kw = dict(algo=algo, data=str(shards / "npz"), params=ALGOS[algo], epsilon=1.0)
     loc = _run(**kw)
-    dsk = _run(**kw, backend="dask", scheduler=cluster)
-    assert np.array_equal(_w(loc), _w(dsk))
-    assert loc["release"]["privacy"]["epsilon"] == dsk["release"]["privacy"]["epsilon"] <= 1.0 + 1e-9
-    be = dsk["diagnostics"]["backend"]
-    assert be["backend"] == "dask" and be["workers"] == 2 and sorted(be["shards_per_worker"]) == [1, 2]
-    assert be["records_per_shard"] == [900, 1700, 1400]
-    assert be["traffic"]["calls"] >= dsk["diagnostics"]["usage"]["iterations"]
-    pids = {m["pid"] for m in be["worker_memory"]}
-    assert len(pids) == 2 and os.getpid() not in pids  # two processes, neither this one
+    assert loc["diagnostics"]["backend"]["backend"] == "local"
+    pids_seen = set()
+    for address in (cluster, remote):
+        dsk = _run(**kw, backend="dask", scheduler=address)
+        assert np.array_equal(_w(loc), _w(dsk)), address
+        assert loc["release"]["privacy"] == dsk["release"]["privacy"]
+        assert dsk["release"]["privacy"]["epsilon"] <= 1.0 + 1e-9
+        be = dsk["diagnostics"]["backend"]
+        assert be["backend"] == "dask" and be["workers"] == 2 and sorted(be["shards_per_worker"]) == [1, 2]
+        assert be["records_per_shard"] == [900, 1700, 1400]
+        assert be["traffic"]["calls"] >= dsk["diagnostics"]["usage"]["iterations"]
+        pids = {m["pid"] for m in be["worker_memory"]}
+        assert len(pids) == 2 and os.getpid() not in pids  # two processes, neither this one
+        assert be["driver_memory"]["pid"] == os.getpid() and be["driver_memory"]["peak_rss"] > 0
+        pids_seen |= pids
+    assert len(pids_seen) == 4  # the two clusters' workers are four processes
     assert loc["diagnostics"]["metrics"]["train_accuracy"] > loc["diagnostics"]["baselines"]["train_majority_rate"]
 
 
 @pytest.mark.slow  # the module's worker processes (started once, about 10-20 s on 2 busy cores)
-def test_one_shard_gives_the_plain_run(cluster, shards):
-    """One shard is the plain problem: dp-gd on one .npz file through a
-    worker process equals the ordinary in-memory run bit for bit."""
-    kw = dict(algo="dp-gd", data=str(shards / "all.npz"), params={"steps": 20})
-    assert np.array_equal(_w(_run(**kw)), _w(_run(**kw, scheduler=cluster)))  # an address: the dask backend
+@pytest.mark.parametrize("algo", sorted(ALGOS))
+def test_one_shard_gives_the_plain_run(cluster, shards, algo):
+    """One shard is the plain problem: a seeded run on one .npz file through
+    a worker process spends the same privacy, charged to the same accountant,
+    as the ordinary in-memory run, and gives its weights - bit for bit, but
+    for dp-sgd, whose in-memory run takes its steps in one compiled call
+    (whose update the kernels' fastmath may contract): the same to rounding."""
+    kw = dict(algo=algo, data=str(shards / "all.npz"), params=ALGOS[algo], epsilon=1.0)
+    plain, dsk = _run(**kw), _run(**kw, scheduler=cluster)  # an address: the dask backend
+    assert "backend" not in plain["diagnostics"] and dsk["diagnostics"]["backend"]["backend"] == "dask"
+    assert plain["release"]["privacy"] == dsk["release"]["privacy"]
+    assert dsk["release"]["privacy"]["epsilon"] <= 1.0 + 1e-9
+    if algo == "dp-sgd":
+        np.testing.assert_allclose(_w(plain), _w(dsk), rtol=0, atol=1e-12)
+    else:
+        assert np.array_equal(_w(plain), _w(dsk))
 
 
 @pytest.mark.slow  # the module's worker processes (started once, about 10-20 s on 2 busy cores)
@@ -145,6 +219,26 @@ def test_parquet_and_npz_shards_train_the_same_model(shards):
     glob = _run(data=str(shards / "parquet" / "part-*.parquet"), **kw)
     assert glob["release"]["config"]["shards"] == 3 and np.array_equal(_w(glob), _w(_run(data=str(shards / "npz"),
                                                                                           **kw)))
+
+
+def test_initial_point_is_honoured_on_shards(data, tmp_path):
+    """A given initial point (a warm start) starts a sharded run as it starts
+    the run in one process: one shard, the same model bit for bit, and not
+    the model of a run from the default start."""
+    X, y = data
+    (tmp_path / "one").mkdir()
+    np.savez(tmp_path / "one" / "part.npz", X=X, y=y)
+    np.savez(tmp_path / "all.npz", X=X, y=y)
+    from dpreg.pipeline import RunConfig, run_pipeline
+
+    def run(data, init=None):
+        return run_pipeline(RunConfig(algo="dp-gd", data=str(data), params={"steps": 5}, epsilon=1.0, seed=11,
+                                      scaling="none", init=init, warn=False, diagnostics=False))
+
+    init = np.linspace(-0.5, 0.5, X.shape[1] + 1)
+    warm = run(tmp_path / "one", init)
+    assert np.array_equal(_w(warm), _w(run(tmp_path / "all.npz", init)))
+    assert not np.array_equal(_w(warm), _w(run(tmp_path / "one")))
 
 
 def test_svmlight_shards_need_their_schema_declared(shards):
@@ -270,6 +364,7 @@ def test_cli_backend_dask_on_a_directory_of_shards(cluster, shards, tmp_path):
     for r in (rb, rc):
         assert r["diagnostics"]["backend"]["workers"] == 2
     assert rb["diagnostics"]["backend"]["cluster"].startswith("LocalCluster") and "backend   dask" in r2.output
+    assert "memory    peak GiB: driver" in r2.output
 
 
 @pytest.mark.slow  # the module's worker processes (started once, about 10-20 s on 2 busy cores)

@@ -21,7 +21,7 @@ executor's holders instead of one array.  What differs:
   ``--test-fraction`` are refused (evaluate a release with ``dpreg predict``);
 * the diagnostics' metrics are computed by the holders too (sums and counts),
   and the record's diagnostics say where the shards were held, the bytes
-  sent each way and each worker's memory.
+  sent each way, each worker's memory and the driver's.
 
 A failure anywhere - a bad shard, a lost worker, a scheduler that does not
 answer - raises one :class:`~dpreg.errors.DpregError` and writes nothing.
@@ -353,6 +353,11 @@ def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, giv
     check_algorithm_fits(algo_cls, params, problem, loss_spec)
 
     algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed, progress=cfg.progress)
+    if cfg.init is not None:  # a warm start, as on one machine
+        if not algo_cls.honours_init:
+            raise ParameterError(f"algorithm {algo_cls.name!r} does not start from a given point: "
+                                 f"a warm start needs one that does (dp-sgd, dp-gd, adaptive-spider, ...)")
+        algo.init = np.array(cfg.init, dtype=float)
     stage(f"{algo_cls.name}: calibrating noise, running ({executor.name} backend)")
     t0 = time.perf_counter()
     with np.errstate(all="ignore"):
@@ -389,6 +394,14 @@ def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, giv
         record["diagnostics"]["note"] = DIAGNOSTICS_NOTE
         record["diagnostics"]["timing"]["total_s"] = time.perf_counter() - t_start
     return record
+
+
+def driver_memory() -> dict:
+    """This (the driver's) process's memory: its pid, resident bytes now and
+    at their peak (``VmHWM``) - what the run's driver held, no shard among it."""
+    from .workers import peak_rss_bytes, rss_bytes
+
+    return {"pid": os.getpid(), "rss": rss_bytes(), "peak_rss": peak_rss_bytes()}
 
 
 def _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timing, scaling_info, light) -> dict:
@@ -436,7 +449,7 @@ def _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timi
     backend = dict(executor.info(), shards=len(rows), records_per_shard=[int(r) for r in rows],
                    traffic=dict(traffic, bytes_down_per_step=traffic["bytes_down"] / steps,
                                 bytes_up_per_step=traffic["bytes_up"] / steps),
-                   worker_memory=memory)
+                   worker_memory=memory, driver_memory=driver_memory())
     return {
         "non_private": True,
         "schema_inferred": None,

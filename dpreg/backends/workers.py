@@ -333,8 +333,11 @@ class DaskExecutor:
                 n = int(workers) if workers else max(1, min(len(self.sources), os.cpu_count() or 1))
                 if threads is None:
                     threads = max(1, (os.cpu_count() or 1) // n)
+                # the workers' own warnings stay quiet: their shards are "unmanaged memory" to Dask by design,
+                # and a worker that is lost ends the run with one line of its own
                 self.cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                                            dashboard_address=None, memory_limit=memory_limit or "auto")
+                                            dashboard_address=None, memory_limit=memory_limit or "auto",
+                                            silence_logs=logging.ERROR)
                 self.client = Client(self.cluster, set_as_default=False, timeout=connect_timeout)
             else:
                 probe_scheduler(scheduler, connect_timeout)
@@ -354,7 +357,7 @@ class DaskExecutor:
             raise
 
     def _place(self, opts, threads) -> None:
-        addrs = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        addrs = sorted(self._workers())
         if not addrs:
             raise DpregError("the Dask cluster has no workers")
         self.groups_pos = assign([s.bytes for s in self.sources], len(addrs))
@@ -434,10 +437,17 @@ class DaskExecutor:
         if (st != "finished") if j < len(self.actors) else (st in ("lost", "cancelled")):
             return True
         try:
-            workers = self.client.scheduler_info(n_workers=-1)["workers"]
+            workers = self._workers()
         except Exception:  # noqa: BLE001 - no answer now (a busy scheduler): the holder's status decides
             return False
         return self.addresses[j] not in workers
+
+    def _workers(self) -> dict:
+        """The scheduler's workers now (address -> information), asked of the
+        scheduler itself: ``Client.scheduler_info`` returns the client's cached
+        identity, which its periodic refresh overwrites with one that lists no
+        worker - a worker "gone" that never left."""
+        return dict(self.client.sync(self.client.scheduler.identity, n_workers=-1)["workers"])
 
     def _lost_error(self, j: int) -> DpregError:
         return DpregError(f"data-parallel run aborted: the Dask worker {self.addresses[j]} holding shards "

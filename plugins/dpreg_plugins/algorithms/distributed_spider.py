@@ -216,6 +216,16 @@ class DistributedSpider(PerturbedSGD):
         batch2=ParamSpec("batch2", "int", None, "O2 batch size b2 per client",
                          "Thm 3: b2 = n eta chi^2/(2U), n per client (preset=theory); practical: the noise floor as "
                          "perturbed-sgd, for the server's average of m noisy messages (noise / sqrt(m))", low=1),
+        step_cap=ParamSpec("step_cap", "float", None, "largest step length |x_{t+1} - x_t| (post-processing of the "
+                           "release; 0: no cap)",
+                           "not in Alg 1: a safeguard from released quantities only, perturbed-sgd's: practical "
+                           "default 0.5 G/M (preset=theory: none). With 2 clients a run makes few steps (24 over 12 "
+                           "passes on 4,601 records at eps = 1), and 0.1 G/M kept the model at the majority class. "
+                           "Validation splits (experiments/targets_models_learn.py "
+                           "--validation, 3 seeds at eps = 1, 2 at eps = 4; cap 0.36 (= 0.1 G/M) / 1 / 2): "
+                           "adult-4601 0.763 / 0.785 / 0.788 (eps = 1), 0.803 / - / 0.806 (eps = 4); breast-cancer "
+                           "0.626 / 0.678 / 0.734, 0.803 / - / 0.912; digits 0.694 / 0.711 / 0.714, 0.824 / - / "
+                           "0.810; synthetic 0.636 / 0.632 / 0.626, 0.764 / - / 0.711", low=0),
     ) + (
         ParamSpec("clients", "int", 2, "number of clients m",
                   "Alg 3: m clients, each holding a shard D_j; default 2: client-side noise costs sqrt(m) "
