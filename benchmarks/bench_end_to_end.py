@@ -157,7 +157,7 @@ def test_compile_cold_then_cached(benchmark, tmp_path):
 
 
 # ------------------------------------------------ per-step race against numpy
-# The target of issue 13: the run phase of dp-sgd (and of dp-spider) on IJCNN1
+# The run phase of dp-sgd (and of dp-spider) on IJCNN1
 # against a plain-numpy loop doing the same steps (same sampling rate, steps,
 # clip, noise multiplier, step size), idle and under a concurrent load of 2
 # busy processes that the benchmark starts itself.
@@ -383,8 +383,8 @@ def race_repeated(algo: str, load: int, repeat: int, warm_parallel: bool = False
     one after :func:`settle`: the medians of dpreg's run phase (with the noise
     calibration counted, and memoised) and of the numpy loop, the ratios of the
     medians, and the range of the per-race ratios.  One race's ratio moves with
-    the numpy loop's time, which varied 0.185-0.306 s between idle races on the
-    Zen 4 machine (twelfth session); the median over races is the figure."""
+    the numpy loop's time, which varies by half between idle races on a shared
+    VM; the median over races is the figure."""
     rows = []
     for _ in range(repeat):
         if load == 0:

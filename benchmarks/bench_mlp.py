@@ -1,5 +1,5 @@
-"""Speed of per-record clipped gradient sums for a one-hidden-layer network
-(issue 19, item 4): dpreg's fused kernel against Opacus (CPU), torch.func
+"""Speed of per-record clipped gradient sums for a one-hidden-layer network:
+dpreg's fused kernel against Opacus (CPU), torch.func
 vmap(grad) and JAX vmap(grad)+jit, all in float64, same threads, same work.
 
 Work measured: for a batch of records, the sum of per-record gradients of the

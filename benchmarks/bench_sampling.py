@@ -9,18 +9,10 @@ dp-spider's O2 rate (0.1) and dp-sgd's (256 / n).
     python -m pytest benchmarks/bench_sampling.py --benchmark-enable
     python benchmarks/bench_sampling.py        # the table: ms per 256 samples, ratio
 
-(The compiled pass was removed in the sixth session, when this script measured
-it at 1.3-1.4x the numpy passes on an AMD Zen 5 machine - about 3 ms of a
-400-step dp-spider run - and restored in the eighth, on an Intel Xeon
-(Emerald Rapids) machine, where this script gives 1.38x at q = 0.1 and 1.88x
-at q = 256/n (best of 20 on warm arrays); inside a 400-step dp-spider run on
-IJCNN1 (``python benchmarks/race_breakdown.py dp-spider``, sampling column)
-27-29 ms became 16-17 ms.  Compiling it took 0.61-0.72 s of CPU and loading
-it from the cache 0.39-0.41 s, both with numba's first-use set-up in the
-process: ``NUMBA_CACHE_DIR=<empty> python -c "import time, numba,
-dpreg_kernels.config; t = time.process_time(); import dpreg_kernels.sampling;
-print(time.process_time() - t)"``, twice.  Only a run that draws Poisson
-samples loads it.)
+The compiled pass is a kernel of its own (``dpreg_kernels.sampling``), compiled
+or loaded from numba's cache only by a run that draws Poisson samples; its share
+of a dp-spider run on IJCNN1 is the sampling column of
+``python benchmarks/race_breakdown.py dp-spider``.
 """
 from __future__ import annotations
 
@@ -84,7 +76,7 @@ STREAMS = {"chunk-default": stream_draw(None), "chunk-256": stream_draw(256)}
 @pytest.mark.parametrize("chunk", list(STREAMS))
 def test_stream_chunk(benchmark, chunk, rate):
     """A Poisson stream's chunk (dpreg.access.stream_chunk: a chunk's draws fit in
-    STREAM_DRAW_FLOATS) against the former fixed 256 samples per chunk, K
+    STREAM_DRAW_FLOATS) against a fixed 256 samples per chunk, K
     samples at each rate; the extra info holds both, best of 10, and their
     ratio, measured in this run."""
     from dpreg.access import stream_chunk

@@ -464,6 +464,10 @@ def _summary(rec, out):
         elif b.get("nonprivate_train_r2") is not None:
             ref += f"; non-private train R2 {b['nonprivate_train_r2']:.4f}"
         click.echo(ref)
+        if m.get("train_goldstein_proxy_min") is not None:
+            gp = m.get("train_goldstein_proxy")
+            click.echo(f"  goldstein radius h={m['goldstein_radius']:.4g}: train proxy |mean grad over the output "
+                       f"block|={_fmt(gp)} (min over blocks {m['train_goldstein_proxy_min']:.4g})")
         if "train_is_alpha_sosp" in m:
             click.echo(f"  alpha-SOSP (alpha={c['alpha']:g}): {m['train_is_alpha_sosp']}")
         sel = diag.get("selection")
@@ -475,6 +479,11 @@ def _summary(rec, out):
                 what = f"candidate {sel['index']} of {sel['candidates']}" + (f" (step {step})" if step is not None else "")
             click.echo(f"  selection {sel['selector']} (epsilon {sel['epsilon']:.3g} of the budget): {what}")
         ri = diag.get("run_info") or {}
+        from .decisions import summary_line
+
+        sosp = summary_line(ri.get("sosp_decisions"))
+        if sosp:
+            click.echo(f"  sosp      {sosp}")
         passes = f" passes={ri['passes_made']}" if ri.get("passes_made") is not None else ""
         click.echo(f"  usage     iterations={u['iterations']}{passes} records_used={u['records_used']} "
                    f"gradient_evaluations={u['gradient_evaluations']}")
@@ -669,9 +678,14 @@ def _load_plugin_commands():
 
 
 def main(argv=None):
-    _load_plugin_commands()
     try:
+        _load_plugin_commands()
         return cli.main(args=argv, prog_name="dpreg", standalone_mode=True)
+    except KeyboardInterrupt:  # Ctrl-C while the plugin commands load, before any command runs
+        click.echo("interrupted; no output written", err=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
     except DpregError as exc:  # errors raised while building commands
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

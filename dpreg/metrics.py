@@ -229,6 +229,24 @@ def evaluate(problem, w, *, alpha: float | None = None, prefix: str = "train",
     return out
 
 
+def goldstein(problem, blocks, block: int | None, radius: float, prefix: str = "train") -> dict:
+    """Goldstein stationarity of a zeroth-order O2NC output (zhang-tran-cutkosky-2024,
+    Lemma 4.6 and Corollary 4.7): for each block k, the proxy
+    |(1/P) sum_t grad F(w^k_t)| over the block's kept iterates w^k_t (P evenly
+    spaced steps of its T).  Every iterate of a block lies within the radius h
+    (``radius``: T steps of length at most D = h/T) of the block average
+    w-bar^k, so the mean of their gradients lies in the h-Goldstein
+    subdifferential there and the proxy bounds its least norm from above: the
+    output is an (h, proxy)-Goldstein-stationary point of F (with P < T the
+    proxy estimates that of all T iterates).  Returns the proxy at the output
+    block (``block``; None for an average over blocks), its minimum over the
+    blocks, and the radius.  Non-private: the data's exact gradients."""
+    px = [float(np.linalg.norm(np.mean([problem.gradient(w) for w in its], axis=0)))
+          for its in blocks if len(its)]
+    return {f"{prefix}_goldstein_proxy": None if block is None or not px else px[block],
+            f"{prefix}_goldstein_proxy_min": min(px) if px else None, "goldstein_radius": float(radius)}
+
+
 def trajectory_grad_norms(problem, steps, iterates, *, budget_s: float | None = None) -> dict:
     """True gradient norm at the recorded checkpoints (evaluation only); with
     ``budget_s``, checkpoints past the time budget are left out and counted in

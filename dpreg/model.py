@@ -111,9 +111,8 @@ class Model:
             if self.task == "multiclass":
                 return np.asarray(Xt @ self.weights.reshape(-1, self.n_classes))
             return np.asarray(Xt @ self.weights)
-        from .pipeline import get_loss
         from .problem import make_problem
-        from .registry import get_registry
+        from .registry import get_loss, get_registry
         from .tasks import bind_classes
 
         loss = get_loss(get_registry(), self.loss_spec or self.loss)

@@ -172,7 +172,7 @@ def private_scaling_pays(n: int, d: int, accountant, epsilon: float) -> bool:
     """Whether ``--scaling auto`` should spend ``epsilon`` on private feature
     scales for dense-format data (CSV, .npz, dense arrays) without declared
     bounds (svmlight files get none: their storage follows their density).  Measured
-    (benchmarks/results/scaling.md, training accuracy, eps = 1, 5 seeds):
+    (experiments/results/scaling.md, training accuracy, eps = 1, 5 seeds):
     private scales beat per-record scaling on IJCNN1 (n = 49,990, d = 22:
     dp-sgd 0.917 -> 0.922, adaptive-spider 0.905 -> 0.912); on breast-cancer
     without its bounds (n = 455, where this rule says no) they are noisy

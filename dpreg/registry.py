@@ -18,7 +18,7 @@ from typing import Any, Iterator
 import pluggy
 
 from . import hookspecs
-from .errors import DpregError, DuplicateNameError, UnknownNameError
+from .errors import DpregError, DuplicateNameError, ParameterError, UnknownNameError
 
 #: built-in plugin modules, registered before any entry point, exactly like
 #: third-party plugins (the host reaches them only through the registry)
@@ -204,3 +204,40 @@ def reset_registry() -> None:
     """Forget the process-wide registry (tests)."""
     global _REGISTRY
     _REGISTRY = None
+
+
+# ------------------------------------------------------------ names with options
+def parse_name_options(spec: str) -> tuple[str, dict]:
+    """``"name:key=value,..."`` -> (name, {key: value string}) (data sets, losses, selectors).
+    A part without ``=`` continues the value before it: ``mlp:hidden=64,32,activation=tanh``
+    gives ``{"hidden": "64,32", "activation": "tanh"}``."""
+    name, _, opts = spec.partition(":")
+    kw: dict = {}
+    if opts:
+        last = None
+        for part in opts.split(","):
+            k, eq, v = part.partition("=")
+            if not eq and last is not None and part.strip():
+                kw[last] += "," + part.strip()
+                continue
+            if not eq or not k.strip():
+                raise ParameterError(f"options must look like name:key=value,...; got {spec!r}")
+            last = k.strip()
+            kw[last] = v.strip()
+    return name, kw
+
+
+def get_loss(reg: Registry, spec: str):
+    """The loss named by ``spec`` (``name`` or ``name:key=value,...``): options
+    go to the registered loss, which must then be callable (a loss factory:
+    ``loss(**options)`` returns the configured loss)."""
+    name, kw = parse_name_options(spec)
+    loss = reg.get("loss", name)
+    if not kw:
+        return loss
+    if not callable(loss):
+        raise ParameterError(f"loss {name!r} takes no options; got {spec!r}")
+    try:
+        return loss(**kw)
+    except TypeError as exc:
+        raise ParameterError(f"loss {name!r}: bad options {kw}: {exc}") from None

@@ -138,11 +138,10 @@ def _run(est, X, y, *, loss: str, labels, task: str, extra: dict, init=None):
     # a loss with its own bias terms (a network) takes no intercept column: fit_intercept does not apply
     intercept = None if own_biases(get_loss(get_registry(), loss)) else est.fit_intercept
     def warn(msg: str) -> None:  # the run's privacy warnings, attributed to the caller of fit
-        import warnings
-
         from .errors import PrivacyWarning
+        from .pipeline import warn_at_caller
 
-        warnings.warn(msg, PrivacyWarning, stacklevel=5)  # warn <- run_pipeline <- _run <- fit <- caller
+        warn_at_caller(msg, PrivacyWarning)
 
     params = practitioner_params(est.algorithm, dict(est.params or {}),
                                  dict(epochs=est.epochs, lr=est.lr, batch_size=est.batch_size,

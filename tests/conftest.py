@@ -17,7 +17,7 @@ SHARED_DATA = ROOT.parent / "shared" / "data"
 
 # parsed-data and kernel caches of the test session stay out of the user's cache, in a
 # directory of their own that the session removes when it ends (a parsed IJCNN1 alone is
-# 44 MB; the directories used to stay behind in /tmp, one per session and subprocess)
+# 44 MB; nothing is left behind in /tmp, whatever the subprocesses)
 import atexit  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402

@@ -15,10 +15,12 @@ What counts as an example:
   document's commands run, and is not itself run.
 
 Not examples: a block that regenerates a page of the repository's own
-experiments (one that runs a ``python benchmarks/...`` script or a grid of
-``benchmarks/sweeps/``, or copies results into ``benchmarks/results``: hours
-of computing, run by their maintainers; their scripts are smoke-run by CI's
-``pytest benchmarks`` and their grids checked by tests/test_sweep.py) and
+experiments or benchmarks (one that runs a ``python experiments/...`` or
+``python benchmarks/...`` script or a grid of ``experiments/sweeps/``, or copies
+results into ``experiments/results``: hours of computing, run by their
+maintainers; the scripts are smoke-run at a tiny size by
+tests/test_experiments_smoke.py and CI's ``pytest benchmarks``, and the grids
+checked by tests/test_sweep.py) and
 set-up commands (``pip``, ``python -m pytest``: tests/test_readme.py checks
 those are the ones CI runs).  A command with a placeholder (``...``,
 ``host:8786``) is listed with the reason it cannot run as written.
@@ -136,7 +138,7 @@ def _without_comment(cmd: str) -> str:
 def _experiment_recipe(text: str) -> bool:
     """Whether a command regenerates one of the repository's experiment pages."""
     code = "\n".join(ln.split("#")[0] for ln in text.splitlines())
-    return bool(re.search(r"benchmarks/(sweeps|results)/|python\s+benchmarks/", code))
+    return bool(re.search(r"(benchmarks|experiments)/(sweeps|results)/|python\s+(benchmarks|experiments)/", code))
 
 
 def examples() -> list[Example]:

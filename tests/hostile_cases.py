@@ -1,8 +1,7 @@
 """The hostile tester's cases, one command each, with what a careful user
 expects of it: the exit status, a one-line error naming the problem (a
 substring of it), and bounds on wall time and peak memory.  Replayed by
-tests/test_hostile_cases.py (assertions) and benchmarks/hostile_replay.py
-(the table of exit status, seconds and peak memory, for any checkout).
+tests/test_hostile_cases.py, which asserts them.
 
 Every case runs ``python -m dpreg ...`` (or ``python -c ...``) in a fresh
 directory holding the files its ``setup`` writes; :func:`run_case` measures

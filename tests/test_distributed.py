@@ -297,8 +297,8 @@ def test_floors_size_batches_for_the_averaged_estimate(registry, pb, m):
 
 
 def test_defaults_learn_on_adult():
-    """Issue 12 at the defaults (shipped adult, eps = 1, research seed 0): not the majority class
-    (0.764 test; every seed before the sqrt(m) floors and M/4 O2 clip) - 5 seeds average 0.822 in
+    """The defaults (shipped adult, eps = 1, research seed 0) learn: not the majority class
+    (0.764 test) - 5 seeds average 0.822 in
     docs/models-learn.md - and it runs escape tests, with per-client accountants."""
     import dpreg
 

@@ -1,4 +1,4 @@
-"""Issue 11 fixes: the SOSP algorithms' second-order machinery runs.
+"""The SOSP algorithms' second-order machinery runs.
 
 * perturbed-sgd: the practical floors keep Lemma 5's oracle error within chi
   (O1 noise <= chi/2, a phase's O2 noise <= chi/2), so the escape test runs;
@@ -85,7 +85,20 @@ def test_perturbed_sgd_runs_escape_tests_and_records_them(pb, seed):
     assert oc["escaped"] == i["escapes"] and oc["not_escaped"] == int(i["certified"])
     assert "escape test(s) ran" in i["escape_test_note"]
     assert len(i["escape_log"]) == min(i["escape_tests"], 50)
-    assert sum(e["outcome"] == "escaped" for e in i["escape_log"]) == oc["escaped"]
+    assert sum(e["escaped"] for e in i["escape_log"]) == oc["escaped"]
+    # the same tests by what decided them: the public noise norm against the escape bar S/(T_esc eta)
+    dec = i["sosp_decisions"]
+    esc = dec["escape_tests"]
+    assert esc["total"] == i["escape_tests"] and esc["certified"] == int(i["certified"])
+    assert esc["escaped"] + esc["decided_by_noise"] == i["escapes"]
+    assert dec["escape_bar"] == pytest.approx(i["escape_radius"] / (i["escape_steps"] * i["eta"]))
+    assert dec["noise_norm"] == pytest.approx(i["o1_noise_norm"])
+    by_noise = esc["decided_by_noise"]
+    assert (by_noise == i["escapes"]) if dec["noise_norm"] >= dec["escape_bar"] else by_noise == 0
+    for e in i["escape_log"]:
+        assert e["outcome"] in ("escaped", "decided_by_noise", "certified", "interrupted")
+    ref = dec["o1_refreshes"]
+    assert ref["total"] == i["o1_queries"] and ref["start"] == 1
     assert acc.epsilon_spent <= 1.0 * (1 + 1e-9)
 
 

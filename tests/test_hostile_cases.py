@@ -4,8 +4,7 @@ non-zero exit, within seconds, with bounded memory, nothing lost and no
 partial or misleading output - and the cases that need more than one
 command: concurrent runs on one --out, tampered records for dpreg privacy,
 dpreg predict on data of another width, and the sweep's signals, lock,
-resume, duplicates and a full disk.  benchmarks/hostile_replay.py prints the
-same cases as a table (exit, seconds, peak memory) for any checkout."""
+resume, duplicates and a full disk."""
 from __future__ import annotations
 
 import errno

@@ -378,7 +378,7 @@ CANCEL_LOSSES = ("lowy-synthetic", "logistic", "sigmoid", "phase-retrieval")
        xscale=st.floats(1e-3, 1e6), log_clip=st.floats(-14, 2), rho=st.floats(0.0, 3.0),
        wscale=st.floats(0.0, 10.0), kind=st.sampled_from(["grad", "diff"]))
 def test_clip_holds_under_cancellation(one_thread, li, d, seed, xscale, log_clip, rho, wscale, kind):
-    """Finding 7 (issue 10): the term a x + r with |a x| ~ |r| >> |a x + r| ~ clip
+    """The term a x + r with |a x| ~ |r| >> |a x + r| ~ clip
     (a crafted record cancelling the data-independent part r, e.g. x ~ -r for
     lowy-synthetic).  The expanded |a x|^2 + 2 a <x, r> + |r|^2 cancels here;
     the term each kernel adds for that record - one row (the tail loop) and four

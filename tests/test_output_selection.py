@@ -99,7 +99,7 @@ def test_prepaid_matches_exactly_one_charge():
 def test_exponential_selection_refuses_a_network_before_the_run(tmp_path, monkeypatch):
     """The exponential selector scores candidates with the loss's margin kernel,
     which a network has not: refused when the selector is built, before the run
-    spends any time or budget (issue 19: it used to fail after the run)."""
+    spends any time or budget."""
     from dpreg_plugins.algorithms.dp_gd import DPGD
 
     def must_not_run(self):

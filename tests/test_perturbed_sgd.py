@@ -324,8 +324,8 @@ def test_practical_o2_clip_is_a_quarter_of_the_declared_smoothness(registry, alg
 
 
 def test_defaults_learn_on_adult_and_run_escape_tests():
-    """Issues 12 and 11 at the defaults (shipped adult, eps = 1, research seed 0): test accuracy
-    >= 0.82, clear of the majority class (0.764; 0.806 at this seed before the M/4 O2 clip), and the run reaches
+    """The defaults (shipped adult, eps = 1, research seed 0): test accuracy
+    >= 0.82, clear of the majority class (0.764), and the run reaches
     its escape test and records how many ran and their outcomes."""
     import dpreg
 
@@ -339,9 +339,9 @@ def test_defaults_learn_on_adult_and_run_escape_tests():
 
 
 def test_practical_rules_alpha_step_mu_kappa_b2(registry, algo_cls, logistic_problem):
-    """preset=practical (issue 12, fifth session): alpha = max{alpha_scale x Thm 2 alpha, the o1_budget
+    """preset=practical: alpha = max{alpha_scale x Thm 2 alpha, the o1_budget
     floor 16 f z C sqrt(d) K1/n}, eta = 2/M, mu = 3, kappa = max{Thm 2 kappa, P (3 eta chi)^2} with P = 1,
-    b1 >= its floor, b2 = its floor 2 f z M' sqrt(d kappa)/chi (no longer raised to Thm 2's b2); only public
+    b1 >= its floor, b2 = its floor 2 f z M' sqrt(d kappa)/chi (not raised to Thm 2's b2); only public
     n, d, eps, the declared constants and the calibrated z enter."""
     from dpreg_plugins.algorithms.perturbed_sgd import theorem2_alpha, theorem2_kappa
 
@@ -375,7 +375,8 @@ def test_practical_rules_alpha_step_mu_kappa_b2(registry, algo_cls, logistic_pro
 
 def test_theory_preset_keeps_the_papers_formulas(registry, algo_cls, logistic_problem):
     """preset=theory is untouched by the practical rules: Thm 2's alpha, kappa, b1 = n kappa/(2U eta),
-    b2 = n eta chi^2/(2U), eta = 1/M, mu = 2 (so T_esc and S of eq. (4) with iota = 2), O2 clip M;
+    b2 = n eta chi^2/(2U), eq. (4)'s eta = sqrt(rho alpha)/(M^2 iota^2), mu = 2 (so T_esc and S of eq. (4)
+    with iota = 2), O2 clip M;
     alpha_scale and drift_steps do not enter."""
     from dpreg_plugins.algorithms.perturbed_sgd import theorem2_alpha, theorem2_kappa
 
@@ -385,7 +386,8 @@ def test_theory_preset_keeps_the_papers_formulas(registry, algo_cls, logistic_pr
     n, d = pb.n, pb.d
     for extra in ({}, {"alpha_scale": 7, "drift_steps": 5}):
         r = _algo(algo_cls, pb, gauss, preset="theory", **extra)[0].resolve()
-        alpha, kappa, eta = theorem2_alpha(n, d, EPS, G, M, rho, 1.0), theorem2_kappa(n, d, EPS, G, M, rho, 1.0), 1 / M
+        alpha, kappa = theorem2_alpha(n, d, EPS, G, M, rho, 1.0), theorem2_kappa(n, d, EPS, G, M, rho, 1.0)
+        eta = math.sqrt(rho * alpha) / (M ** 2 * 2.0 ** 2)  # eq. (4), iota = s mu = 2
         chi = alpha / 4
         assert (r["alpha"], r["kappa"], r["eta"], r["mu"]) == (pytest.approx(alpha), pytest.approx(kappa),
                                                                 pytest.approx(eta), 2.0)
@@ -394,3 +396,35 @@ def test_theory_preset_keeps_the_papers_formulas(registry, algo_cls, logistic_pr
         assert r["escape_steps"] == max(1, math.ceil(2.0 / (eta * math.sqrt(rho * alpha))))
         assert r["escape_radius"] == pytest.approx(math.sqrt(alpha / rho) / 2.0 ** 1.5)
         assert r["diff_clip"] == pytest.approx(M)
+
+
+@pytest.mark.slow
+def test_escape_noise_below_bar_lets_the_landscape_decide(registry, algo_cls):
+    """escape_noise=below-bar floors b1 so that the O1 noise norm is below the
+    escape bar S/(T_esc eta): no escape test is then decided by noise, where the
+    default floor (noise ~ alpha/8, about twice the bar) decides every one; on
+    too few records it refuses in one line before any release."""
+    from conftest import unit_rows
+    from dpreg.errors import ParameterError
+    from dpreg.problem import make_problem
+
+    rng = np.random.default_rng(5)
+    X = unit_rows(rng, 20000, 4) * np.array([1.0, 0.5, 0.4, 0.3])
+    pb = make_problem(registry.get("loss", "matrix-factorisation"), X, np.zeros(len(X)), "mf")
+    noise = registry.get("noise", "gaussian")
+    out = {}
+    for rule in ("floor", "below-bar"):
+        algo, acc = _algo(algo_cls, pb, noise, eps=1.0, escape_noise=rule)
+        dec = algo.run().info["sosp_decisions"]
+        out[rule] = dec
+        assert acc.epsilon_spent <= 1.0 * (1 + 1e-9)
+    lo, hi = out["below-bar"], out["floor"]
+    assert lo["noise_norm"] <= 0.8 * lo["escape_bar"] * (1 + 1e-9) and not lo["noise_decides"]
+    assert lo["escape_tests"]["decided_by_noise"] == 0 and lo["escape_tests"]["total"] >= 1
+    assert hi["noise_norm"] >= hi["escape_bar"] and hi["noise_decides"]
+    assert hi["escape_tests"]["escaped"] == 0 and hi["escape_tests"]["decided_by_noise"] >= 1
+    small = make_problem(registry.get("loss", "matrix-factorisation"), X[:300], np.zeros(300), "mf")
+    algo, acc = _algo(algo_cls, small, noise, eps=1.0, escape_noise="below-bar")
+    with pytest.raises(ParameterError, match="escape_noise=below-bar needs an O1 batch"):
+        algo.run()
+    assert acc.epsilon_spent == 0.0

@@ -1,4 +1,4 @@
-"""Issue 12 item 4: practitioner names beside the paper symbols, preset=theory
+"""Practitioner names beside the paper symbols, preset=theory
 for every algorithm (or a refusal saying why the paper gives none), and
 refusals that tell a practitioner what to change."""
 from __future__ import annotations

@@ -4,8 +4,8 @@ import types
 import pytest
 
 from dpreg import hookimpl, hookspecs
-from dpreg.errors import DpregError, DuplicateNameError, UnknownNameError
-from dpreg.registry import DEFAULT_PLUGINS, KINDS, build_registry
+from dpreg.errors import DpregError, DuplicateNameError, ParameterError, UnknownNameError
+from dpreg.registry import DEFAULT_PLUGINS, KINDS, build_registry, get_loss, get_registry, parse_name_options
 
 
 def _plugin(name, **hooks):
@@ -91,10 +91,10 @@ def test_host_reaches_plugins_only_through_registry():
 
     root = pathlib.Path(__file__).resolve().parents[1] / "dpreg"
     offenders = []
-    for f in root.glob("*.py"):
+    for f in root.rglob("*.py"):
         for line in f.read_text().splitlines():
             if re.match(r"\s*(from|import)\s+dpreg_plugins", line):
-                offenders.append(f"{f.name}: {line.strip()}")
+                offenders.append(f"{f.relative_to(root)}: {line.strip()}")
     assert offenders == []
 
 
@@ -106,3 +106,43 @@ def test_kernels_import_neither_host_nor_plugins():
     for f in root.glob("*.py"):
         text = f.read_text()
         assert not re.search(r"^\s*(from|import)\s+(dpreg|dpreg_plugins)\b", text, re.M), f.name
+
+
+@pytest.mark.parametrize("spec, parsed", [
+    ("adult", ("adult", {})),
+    ("synthetic-logistic:n=200, d=5", ("synthetic-logistic", {"n": "200", "d": "5"})),
+    ("mlp:hidden=64,32,activation=tanh", ("mlp", {"hidden": "64,32", "activation": "tanh"})),
+])
+def test_names_with_options(spec, parsed):
+    """``name:key=value,...``; a part without ``=`` continues the value before it."""
+    assert parse_name_options(spec) == parsed
+
+
+@pytest.mark.parametrize("spec", ["mlp:64", "mlp:=3", "mlp:hidden=4,,"])
+def test_malformed_options_are_one_line_errors(spec):
+    with pytest.raises(ParameterError, match="name:key=value"):
+        parse_name_options(spec)
+
+
+def test_get_loss_configures_a_loss_factory():
+    reg = get_registry()
+    assert get_loss(reg, "logistic") is reg.get("loss", "logistic")
+    from dpreg.pipeline import loss_spec_of
+
+    mlp = get_loss(reg, "mlp:hidden=3")
+    assert mlp.name == "mlp" and loss_spec_of(mlp, "") == "mlp:hidden=3"
+    with pytest.raises(ParameterError, match="takes no options"):
+        get_loss(reg, "logistic:c=1")
+    with pytest.raises(ParameterError, match="bad options"):
+        get_loss(reg, "mlp:widths=3")
+
+
+def test_model_parses_loss_names_without_the_pipeline():
+    """A released model is rebuilt from its loss name through the registry:
+    dpreg.model does not import the run pipeline for it."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "dpreg" / "model.py").read_text()
+    assert not re.search(r"from \.pipeline import .*get_loss", text)
+    assert re.search(r"from \.registry import .*get_loss", text)

@@ -6,7 +6,7 @@
   release alone;
 * the released model repeats its preprocessing: predictions from raw records
   equal the margins the run's own problem computes;
-* the defaults learn on the shipped data (issue: models that learn).
+* the defaults learn on the shipped data.
 """
 from __future__ import annotations
 
@@ -154,7 +154,7 @@ def test_delta_at_or_above_one_over_n_warns():
 def test_privacy_warnings_are_python_warnings_from_python_and_lines_from_the_cli(tmp_path):
     """From Python, the run's privacy warnings are warnings.warn(PrivacyWarning):
     `-W error::UserWarning` turns the seeded-randomness note into an exception
-    (the issue's own command); the CLI prints each one once."""
+    (the command a careful user types); the CLI prints each one once."""
     import subprocess
     import sys
     import warnings

@@ -1,7 +1,7 @@
 """Phase retrieval on real rows: the property docs/experiment-saddles-phase.md
 relies on, on a subset (the first 20,000 rows of IJCNN1, features 10 and 11,
 each row rescaled to norm 1; labels y = <x, w*>^2 with the public planted w* of
-benchmarks/experiment_saddles_phase.py).
+experiments/experiment_saddles_phase.py).
 
 At w = 0 every per-record gradient is exactly 0 and lambda_min(0) = -0.45,
 below -sqrt(rho alpha) = -0.24 for alpha = 0.005 and the declared rho = 12: a
@@ -36,7 +36,7 @@ SEEDS = (0, 1, 2)
 @pytest.fixture(scope="module")
 def exp():
     shared_file("ijcnn1.trn.bz2")
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "experiment_saddles_phase.py"
+    path = Path(__file__).resolve().parents[1] / "experiments" / "experiment_saddles_phase.py"
     spec = importlib.util.spec_from_file_location("experiment_saddles_phase", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -33,7 +33,7 @@ def setup():
     """(the experiment module, whose namespace holds experiment_saddles_phase's
     real_rows, planted_w and run_method; the problem; the spectrum of H(0))."""
     shared_file("ijcnn1.trn.bz2")
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "experiment_saddle_window.py"
+    path = Path(__file__).resolve().parents[1] / "experiments" / "experiment_saddle_window.py"
     spec = importlib.util.spec_from_file_location("experiment_saddle_window", path)
     W = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(W)

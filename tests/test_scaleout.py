@@ -390,6 +390,21 @@ def test_refused_before_any_work(shards, kw, match):
         _run(data=str(shards / "npz"), **kw)
 
 
+def test_privacy_warnings_point_at_the_caller(shards):
+    """A sharded run's privacy warnings (seeded randomness, delta >= 1/n)
+    are PrivacyWarnings attributed to the caller's line, as on one machine."""
+    import warnings
+
+    import dpreg
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _run(algo="dp-gd", data=str(shards / "npz"), params={"steps": 2}, delta=0.01, diagnostics=False)
+    got = [w for w in caught if issubclass(w.category, dpreg.PrivacyWarning)]
+    assert sorted("seeded" in str(w.message) for w in got) == [False, True], [str(w.message) for w in got]
+    assert all(w.filename == __file__ for w in got)
+
+
 def test_schema_and_label_errors_name_the_shard(shards, tmp_path):
     X = np.random.default_rng(0).standard_normal((20, 3))
     (tmp_path / "mixed").mkdir()

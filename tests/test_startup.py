@@ -135,7 +135,7 @@ def test_read_only_install_caches_in_user_dir(tmp_path):
 
 
 def test_read_only_install_without_writable_home_falls_back_to_tmp(tmp_path):
-    """Hostile case of issue 14: read-only install, no writable HOME, no XDG
+    """Hostile case: read-only install, no writable HOME, no XDG
     cache: the run does not crash on numba's "no locator available"; kernels
     are cached in a per-user temporary directory (0700, this user's: see
     tests/test_cache_privacy.py), announced in one line."""

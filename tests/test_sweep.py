@@ -217,13 +217,13 @@ def test_variants_with_own_epsilons_share_a_label(tmp_path):
 
 
 def test_repository_configs_are_the_pages_grids():
-    """benchmarks/sweeps/*.toml: the SOSP page's issue-11 grid, and App. G of the warm-start script."""
+    """experiments/sweeps/*.toml: the SOSP page's grid, and App. G of the warm-start script."""
     import importlib.util
     from pathlib import Path
 
     from dpreg_plugins.commands.sweep import load_toml, parse_config
 
-    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    bench = Path(__file__).resolve().parents[1] / "experiments"
     cells = parse_config(load_toml(bench / "sweeps" / "sosp.toml"), bench / "sweeps")
     methods = {(a, nz) for a in ("dp-spider", "adaptive-spider", "perturbed-sgd", "adaptive-spider[noise_aware=false]")
                for nz in ("gaussian", "tree")} | {("dp-sgd", None), ("dp-gd", None)}
@@ -253,7 +253,7 @@ def test_the_table_of_a_real_sweep_renders_the_sosp_page(grid):
 
     _, out, _ = grid
     spec = importlib.util.spec_from_file_location(
-        "render_pages", Path(__file__).resolve().parents[1] / "benchmarks" / "render_pages.py")
+        "render_pages", Path(__file__).resolve().parents[1] / "experiments" / "render_pages.py")
     rp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(rp)
     page = rp.render("sosp", str(out / "results.json"))

@@ -1,4 +1,4 @@
-"""benchmarks/render_pages.py: the SOSP and warm-start pages as pure functions
+"""experiments/render_pages.py: the SOSP and warm-start pages as pure functions
 of a sweep's results table (tiny hand-made tables, no runs), and its one-line
 refusal of a table that lacks a column."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCH = Path(__file__).resolve().parents[1] / "experiments"
 SCRIPT = BENCH / "render_pages.py"
 
 

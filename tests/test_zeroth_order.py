@@ -13,6 +13,7 @@ import pytest
 import naive
 from conftest import shared_file, unit_rows
 from dpreg.accounting import RdpAccountant
+from dpreg.errors import ParameterError
 from dpreg.interfaces import LinearModelLoss, Participation
 from dpreg.params import bind
 from dpreg.problem import Problem
@@ -424,13 +425,44 @@ def test_naive_oracle_and_paper_noise_rule(registry, ramp_problem):
     ref = dpa.rdp.RdpAccountant(neighboring_relation=dpa.NeighboringRelation.REPLACE_SPECIAL)
     ref.compose(dpa.GaussianDpEvent(out.info["noise_multiplier"]))
     assert acc.epsilon_spent == pytest.approx(ref.get_epsilon(1e-5), rel=1e-6)
-    cal, _ = _algo(registry, ramp_problem, eps=2.0)
-    pap, acc_p = _algo(registry, ramp_problem, eps=2.0, noise_rule="paper")
-    zc = cal.run().info["noise_multiplier"]
+    pap, acc_p = _algo(registry, ramp_problem, eps=2.0, noise_rule="paper", block_length=40, batch2=2,
+                        blocks=4, passes=1)
     info = pap.run().info
     T = info["block_length"]
-    assert info["noise_multiplier"] == pytest.approx(zc * math.sqrt(2 * math.log(T) / T.bit_length()), rel=1e-6)
-    assert acc_p.epsilon_spent < 2.0
+    rho = paper_rho(2.0, 1e-5)
+    # Cor 4.4, literally: every tree node's std is sqrt(2 ln T) s_max / rho, s_max = max{2dL/B1, 4dL/(B2 T)}
+    d, L = ramp_problem.d, info["lipschitz"]
+    s_max = max(2 * min(d * L, info["record_clip"]) / info["batch1"],
+                4 * min(d * L, info["record_clip"]) / (info["batch2"] * T))
+    assert info["noise_rule"] == "paper" and info["paper_sensitivity"] == pytest.approx(s_max, rel=1e-12)
+    assert info["noise_multiplier"] == pytest.approx(math.sqrt(2 * math.log(T)) / rho, rel=1e-12)
+    assert info["noise_std_max_node"] == pytest.approx(math.sqrt(2 * math.log(T)) * s_max / rho, rel=1e-12)
+    assert info["max_sensitivity"] <= s_max * (1 + 1e-9)
+    assert acc_p.epsilon_spent < 2.0  # Thm 4.3's 2 ln T >= log2 T + 1 levels (T >= 7): the literal sigma fits
+
+
+def test_theory_preset_is_cor_4_4_literal_or_refuses(registry, ramp_problem):
+    """preset=theory takes Cor 4.4's sigma (noise_rule paper) with Thm 4.9's B1 = T + 1, B2 = 1; it
+    refuses in one line where the literal rule cannot run: another noise than the tree, or a block
+    too short for Thm 4.3's |OUT(q)| <= 2 ln T (T = 1: sigma = 0, the literal sigma overspends)."""
+    algo, acc = _algo(registry, ramp_problem, eps=2.0, preset="theory", block_length=40, blocks=20)
+    info = algo.run().info
+    assert info["noise_rule"] == "paper" and (info["batch1"], info["batch2"]) == (41, 1)
+    assert info["noise_multiplier"] == pytest.approx(math.sqrt(2 * math.log(40)) / paper_rho(2.0, 1e-5))
+    assert info["paper_sensitivity"] == pytest.approx(4 * ramp_problem.d * info["lipschitz"] / 40)
+    assert acc.epsilon_spent <= 2.0
+    with pytest.raises(ParameterError, match="Cor 4.4's tree noise"):
+        _algo(registry, ramp_problem, preset="theory", noise="gaussian", block_length=40, blocks=20)[0].run()
+    short, acc_s = _algo(registry, ramp_problem, preset="theory", block_length=1, blocks=20)
+    with pytest.raises(ParameterError, match="tree levels"):
+        short.run()
+    assert acc_s.epsilon_spent == 0.0  # refused before any release
+    calibrated, _ = _algo(registry, ramp_problem, preset="theory", noise_rule="calibrated", block_length=1,
+                          blocks=20)
+    assert calibrated.run().info["noise_rule"] == "calibrated"
+    naive, acc_n = _algo(registry, ramp_problem, eps=2.0, oracle="naive", noise_rule="paper", passes=1)
+    assert naive.run().info["noise_multiplier"] == pytest.approx(1 / paper_rho(2.0, 1e-5))  # App. E
+    assert acc_n.epsilon_spent <= 2.0
 
 
 def test_output_is_a_recorded_block_average_and_runs_are_reproducible(registry, ramp_problem):

@@ -79,9 +79,10 @@ def open_source(data, schema, workers: int | None, split_seed: int = 0) -> Sourc
 
     k = max(1, int(workers or os.cpu_count() or 1))
     if isinstance(data, str) and not os.path.exists(split_source(data)[0]) and not looks_sharded(data):
-        from ..pipeline import _parse_name_options, load_data
+        from ..pipeline.loading import load_data
+        from ..registry import parse_name_options
 
-        if _parse_name_options(data)[0] in get_registry().names("dataset"):
+        if parse_name_options(data)[0] in get_registry().names("dataset"):
             tr = load_data(data, schema=schema, split_seed=split_seed)
             X, y = tr.X, tr.y
             return Source(split_arrays(X, y, k), f"{tr.description} ({X.shape[0]} x {X.shape[1]}, {k} shards)",
@@ -187,20 +188,50 @@ def _merge(results: list) -> dict:
 def run_sharded(cfg) -> dict:
     """Run ``cfg`` (a :class:`dpreg.pipeline.RunConfig` whose data are
     sharded, or whose backend is dask) and return its record; see the module
-    docstring."""
+    docstring.  The stages of :func:`dpreg.pipeline.run_pipeline`: validate
+    (with the refusals of sharded data), load (the shards opened and surveyed
+    on their holders), build, run, release, evaluate, write."""
     from ..data import Schema
-    from ..interfaces import secret_seed
-    from ..pipeline import _set_threads, _validate, parse_labels, privacy_warner
-    from ..registry import get_registry
-    from ..results import check_writable, to_json, write_atomic
+    from ..pipeline import stages
+    from ..pipeline.config import DIAGNOSTICS_NOTE
+    from ..pipeline.release import make_release
+    from ..pipeline.validation import parse_labels
     from .workers import make_executor
 
-    t_start = time.perf_counter()
-    warn = privacy_warner(cfg.warn)
-    stage = cfg.stage or (lambda name: None)
-    reg = get_registry()
-    algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, sel_cls, sel_opts = _validate(cfg, reg)
-    if not data_parallel(algo_cls):
+    ctx = stages.start(cfg, check=check_sharded)
+    backend = cfg.backend or ("dask" if cfg.scheduler is not None else "local")
+    src = open_source(cfg.data, Schema(cfg.features, cfg.zero_based, parse_labels(cfg.labels)), cfg.workers,
+                      cfg.split_seed)
+    ctx.stage("starting the Dask workers" if backend == "dask" else "opening the shards")
+    t0 = time.perf_counter()
+    executor = make_executor(backend, src.shards, src.options, scheduler=cfg.scheduler, workers=cfg.workers,
+                             threads=cfg.worker_threads, memory_limit=cfg.worker_memory,
+                             connect_timeout=cfg.scheduler_timeout)
+    try:
+        data, shards = load(ctx, executor, src, t0)
+        built = build(ctx, executor, src, data, shards)
+        outcome = stages.run(ctx, built, where=f" ({executor.name} backend)")
+        traffic = built.problem.traffic()
+        release = make_release(ctx, data, built, outcome)
+        release["config"]["shards"] = len(src.shards)
+        record = {"dpreg_record": 2, "release": release}
+        if cfg.diagnostics:
+            ctx.stage("evaluating (non-private diagnostics)")
+            record["diagnostics"] = _diagnostics(cfg, built, outcome, executor, shards.rows, traffic,
+                                                 dict(ctx.timing), light=cfg.diagnostics == "light")
+            record["diagnostics"]["note"] = DIAGNOSTICS_NOTE
+            record["diagnostics"]["timing"]["total_s"] = time.perf_counter() - ctx.t_start
+    finally:
+        executor.close()
+    stages.write(cfg, record)
+    return record
+
+
+def check_sharded(cfg, plan) -> None:
+    """Refuse, before any data is read, what sharded data do not offer: an
+    algorithm that needs every record in one process, ``--select``,
+    ``--test-data``, ``--test-fraction``."""
+    if not data_parallel(plan.algo_cls):
         raise ParameterError(f"algorithm {cfg.algo!r} needs every record in one process; on sharded data run one "
                              f"of {', '.join(DATA_PARALLEL)}")
     for what, given_opt in (("--select", cfg.select), ("--test-data", cfg.test_data),
@@ -208,30 +239,6 @@ def run_sharded(cfg) -> dict:
         if given_opt is not None:
             raise ParameterError(f"{what} is not offered on sharded data (evaluate the released model with "
                                  f"dpreg predict)")
-    backend = cfg.backend or ("dask" if cfg.scheduler is not None else "local")
-    if cfg.out is not None:
-        check_writable(cfg.out)
-    if cfg.threads is not None:
-        _set_threads(cfg.threads)
-    root = secret_seed(cfg.seed)
-    schema = Schema(cfg.features, cfg.zero_based, parse_labels(cfg.labels))
-    src = open_source(cfg.data, schema, cfg.workers, cfg.split_seed)
-    stage("starting the Dask workers" if backend == "dask" else "opening the shards")
-    t0 = time.perf_counter()
-    executor = make_executor(backend, src.shards, src.options, scheduler=cfg.scheduler, workers=cfg.workers,
-                             threads=cfg.worker_threads, memory_limit=cfg.worker_memory,
-                             connect_timeout=cfg.scheduler_timeout)
-    try:
-        record = _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, root,
-                      warn, stage, t_start, t0)
-    finally:
-        executor.close()
-    if cfg.out is not None and cfg.write_record:
-        from ..interrupts import check
-
-        check()
-        write_atomic(cfg.out, to_json(record))
-    return record
 
 
 def read_shards(executor, src: Source):
@@ -287,113 +294,75 @@ def open_problem(data, loss, *, backend: str = "local", labels=None, features: i
         raise
 
 
-def _run(cfg, executor, src, algo_cls, loss, acc_cls, noise_name, noise_cls, given, params, root, warn, stage,
-         t_start, t0):
-    from ..accounting import check_budget_args
-    from ..pipeline import (DIAGNOSTICS_NOTE, RELEASE_NOTE, SEEDED_NOTE, _pipeline_rng, check_algorithm_fits,
-                            default_delta, loss_spec_of, model_dict, own_biases, privacy_statement, resolve_loss)
-    from ..registry import get_registry
-    from ..tasks import loss_task, predicts_target
-    from ..preprocess import Preprocessing, private_scaling_pays, read_bounds, release_scales
+@dataclass
+class Shards:
+    """What the holders report of their shards (sizes, feature counts, label
+    values: public facts of the schema, never the records), and the public
+    transform of regression targets."""
 
-    sources, description, opts = src.shards, src.description, src.options
-    every = [()] * len(executor.groups)
-    stage("reading the shards")
+    survey: dict
+    order: list
+    rows: list
+    d_raw: int
+    target: Any = None
+
+
+def load(ctx, executor, src: Source, t0: float):
+    """``(Data, Shards)``: the shards opened and surveyed on their holders,
+    the loss resolved from public facts, the declared or fixed label map (never
+    inferred) and the targets' public transform.  Adds ``data_s`` (from
+    ``t0``, before the executor started) to the timings."""
+    from ..pipeline.build import resolve_loss
+    from ..pipeline.config import SEEDED_NOTE
+    from ..pipeline.context import Data
+
+    cfg = ctx.cfg
+    ctx.stage("reading the shards")
     survey, order, rows, d_raw = read_shards(executor, src)
-    n = int(sum(rows))
-    where = f"data {description}"
-    loss, loss_spec = resolve_loss(get_registry(), cfg, loss, src)
-    label_map, loss = _label_map(survey, opts.schema.labels, loss, where)
+    loss, loss_spec = resolve_loss(ctx.reg, cfg, ctx.plan.loss, src)
+    label_map, loss = _label_map(survey, src.options.schema.labels, loss, f"data {src.description}")
     target = _target(cfg, loss, src)
     if cfg.seed is not None:
-        warn(SEEDED_NOTE)
-    t_data = time.perf_counter() - t0
-    delta = cfg.delta if cfg.delta is not None else default_delta(n)
-    check_budget_args(cfg.epsilon, delta)
-    if delta >= 1.0 / n:
-        warn(f"delta={delta:g} >= 1/n={1.0 / n:.3g}: a mechanism that publishes one random record in the clear "
-             f"meets this guarantee; use delta well below 1/n (default min(1e-5, 1/(10 n)))")
-    accountant = acc_cls(cfg.epsilon, delta, algo_cls.relation_for(params))
+        ctx.warn(SEEDED_NOTE)
+    ctx.timing["data_s"] = time.perf_counter() - t0
+    data = Data(None, None, None, None, src.description, None, src.source, src.options.schema, {}, loss, loss_spec,
+                label_map)
+    return data, Shards(survey, order, rows, d_raw, target)
 
-    # ---- preprocessing (public, or private and charged first)
-    own_model = own_biases(loss)  # e.g. mlp: its own biases
-    if own_model and cfg.intercept:
-        raise ParameterError(f"loss {loss_spec!r} has its own bias terms: it takes no --intercept")
-    intercept = ((loss.classifier or predicts_target(loss)) and not own_model) if cfg.intercept is None \
-        else bool(cfg.intercept)
-    sparse = any(survey[i]["sparse"] for i in order) or sources[0].format == "svmlight"
+
+def build(ctx, executor, src: Source, data, shards: Shards):
+    """The accountant, the preprocessing (public bounds, or private scales
+    released from the shards' partial sums and charged first), every shard
+    prepared on its holder and the :class:`~.problem.ShardedProblem` over
+    them, checked against the algorithm's requirements.  Adds ``compile_s``."""
+    from ..pipeline.build import check_algorithm_fits, intercept_for, make_accountant, preprocessing, scaling_mode
+    from ..pipeline.context import Built
+    from ..preprocess import release_scales
+
+    cfg, plan, loss = ctx.cfg, ctx.plan, data.loss
+    n, d_raw = int(sum(shards.rows)), shards.d_raw
+    accountant, delta = make_accountant(ctx, n)
+    intercept = intercept_for(cfg, loss, data.loss_spec)
+    sparse = any(shards.survey[i]["sparse"] for i in shards.order) or src.shards[0].format == "svmlight"
     if sparse and cfg.scaling in ("bounds", "private"):
         raise ParameterError(f"--scaling {cfg.scaling} maps features into [-1, 1], which fills in a sparse data "
                              "set; use --scaling none for sparse input")
-    mode = cfg.scaling
-    if mode == "auto":  # the single-machine rule (dpreg.pipeline): declared bounds, else private where it pays
-        mode = ("bounds" if src.bounds is not None else
-                "none" if sparse or src.common_scale else
-                "private" if private_scaling_pays(n, d_raw, accountant, cfg.scaling_share * cfg.epsilon) else "none")
-    scaling_info = None
-    if mode == "bounds":
-        b = cfg.bounds if cfg.scaling == "bounds" else src.bounds
-        lo, hi = read_bounds(b, d_raw) if isinstance(b, str) else (list(b[0]), list(b[1]))
-        prep = Preprocessing(d_raw, "bounds", lo, hi, intercept)
-    elif mode == "private":
-        stats = _merge(executor.call("scale_statistics", every))
+    mode = scaling_mode(cfg, src.bounds, sparse, src.common_scale, n, d_raw, accountant)
+
+    def private():  # the shards' partial sums, added in shard order
+        stats = _merge(executor.call("scale_statistics", [()] * len(executor.groups)))
         sums, counts = np.zeros(d_raw), np.zeros(d_raw)
-        for i in order:  # the shards' partial sums, in shard order
+        for i in shards.order:
             sums, counts = sums + stats[i][0], counts + stats[i][1]
-        lo, hi, scaling_info = release_scales(sums, counts, d_raw, accountant, _pipeline_rng(cfg, root, 3),
-                                              cfg.scaling_share * cfg.epsilon)
-        prep = Preprocessing(d_raw, "private", lo, hi, intercept)
-    else:
-        prep = Preprocessing(d_raw, "none", intercept=intercept)
+        return release_scales(sums, counts, d_raw, accountant, ctx.rng(3), cfg.scaling_share * cfg.epsilon)
 
-    stage("preparing the shards and loading kernels")
+    prep, scaling_info = preprocessing(cfg, mode, d_raw, intercept, src.bounds, private)
+    ctx.stage("preparing the shards and loading kernels")
     t0 = time.perf_counter()
-    problem = prepare_shards(executor, src, rows, prep, loss, label_map, target)
-    t_compile = time.perf_counter() - t0
-    check_algorithm_fits(algo_cls, params, problem, loss_spec)
-
-    algo = algo_cls(problem, params, noise=noise_cls, accountant=accountant, seed=cfg.seed, progress=cfg.progress)
-    if cfg.init is not None:  # a warm start, as on one machine
-        if not algo_cls.honours_init:
-            raise ParameterError(f"algorithm {algo_cls.name!r} does not start from a given point: "
-                                 f"a warm start needs one that does (dp-sgd, dp-gd, adaptive-spider, ...)")
-        algo.init = np.array(cfg.init, dtype=float)
-    stage(f"{algo_cls.name}: calibrating noise, running ({executor.name} backend)")
-    t0 = time.perf_counter()
-    with np.errstate(all="ignore"):
-        out = algo.run()
-    t_run = time.perf_counter() - t0
-    w = np.asarray(out.w, dtype=float)
-    if not np.all(np.isfinite(w)):
-        raise DpregError("the run diverged (non-finite iterate); try a smaller step size")
-    traffic = problem.traffic()
-
-    release = {
-        "note": RELEASE_NOTE,
-        "model": model_dict(w, loss, prep, label_map, opts.schema.zero_based, loss_spec=loss_spec_of(loss, loss_spec),
-                            target=target),
-        "privacy": privacy_statement(accountant, algo_cls, noise_name, out.info, cfg, n, scaling_info, None, None),
-        "config": {
-            "algo": algo_cls.name, "paper": algo_cls.paper, "data_access": algo_cls.data_access,
-            "noise": noise_name, "loss": loss.name, "data": description, "test_data": None,
-            "epsilon": cfg.epsilon, "delta": delta, "accountant": accountant.name,
-            "params_given": given, "params_resolved": params, "alpha": cfg.alpha,
-            "select": None, "select_share": None, "split_seed": cfg.split_seed, "test_fraction": None,
-            "task": loss_task(loss), "loss_spec": loss_spec,
-            # nothing of a sharded source's schema is inferred: declared, fixed, or each file's own layout
-            "schema": {"n_features": d_raw, "declared": ["labels", "n_features", "zero_based"]},
-            "shards": len(sources),
-        },
-    }
-    record = {"dpreg_record": 2, "release": release}
-    timing = {"data_s": t_data, "compile_s": t_compile, "run_s": t_run}
-    if cfg.diagnostics:
-        stage("evaluating (non-private diagnostics)")
-        record["diagnostics"] = _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timing,
-                                             scaling_info, light=cfg.diagnostics == "light")
-        record["diagnostics"]["note"] = DIAGNOSTICS_NOTE
-        record["diagnostics"]["timing"]["total_s"] = time.perf_counter() - t_start
-    return record
+    problem = prepare_shards(executor, src, shards.rows, prep, loss, data.label_map, shards.target)
+    ctx.timing["compile_s"] = time.perf_counter() - t0
+    check_algorithm_fits(plan.algo_cls, plan.params, problem, data.loss_spec)
+    return Built(problem, None, accountant, delta, n, prep, shards.target, None, scaling_info)
 
 
 def driver_memory() -> dict:
@@ -404,26 +373,22 @@ def driver_memory() -> dict:
     return {"pid": os.getpid(), "rss": rss_bytes(), "peak_rss": peak_rss_bytes()}
 
 
-def _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timing, scaling_info, light) -> dict:
-    from .. import interrupts, metrics
-    from ..pipeline import _versions
+def _diagnostics(cfg, built, outcome, executor, rows, traffic, timing, light) -> dict:
+    """The record's non-private diagnostics of a sharded run: the training
+    metrics and baselines computed by the holders (skipped when ``light``),
+    the trajectory's checkpoints, usage and accounting, and where the shards
+    were held (the bytes sent each way, each worker's memory and the driver's).  A diagnostic
+    that fails is listed under ``errors``; a lost worker ends the run."""
+    from .. import metrics
+    from ..pipeline.diagnostics import did_not_learn, guard, usage, versions
 
+    problem, w, out, accountant = built.problem, outcome.w, outcome.out, built.accountant
     t0 = time.perf_counter()
     ev: dict = {}
     base: dict = {}
     errors: list = []
     warnings: list = []
-
-    def guarded(what, f):
-        try:
-            with np.errstate(all="ignore"):
-                return f()
-        except DpregError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - a diagnostic that fails is reported, never fatal
-            interrupts.check()
-            errors.append(f"{what}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
-            return None
+    guarded = guard(errors, fatal=(DpregError,))
 
     traj = out.info.pop("trajectory", None)
     tr_summary = traj.summary() if traj is not None else {}
@@ -435,10 +400,7 @@ def _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timi
         base["train_grad_norm_at_zero"] = None if g0 is None else float(np.linalg.norm(g0))
         if problem.loss.classifier:
             base["train_majority_rate"] = guarded("baselines", problem.majority_rate)
-        loss_w, loss0 = ev.get("train_loss"), base.get("train_loss_at_zero")
-        if loss_w is not None and loss0 is not None and loss_w > loss0 + 1e-9:
-            warnings.append(f"the released model's training loss {loss_w:.4g} is worse than at w = 0 "
-                            f"({loss0:.4g}): the run did not learn; try a smaller step size or a larger epsilon")
+        warnings += did_not_learn(ev, base)
         if traj is not None:
             cp = guarded("trajectory", lambda: metrics.trajectory_grad_norms(problem, traj.steps, traj.iterates))
             if cp is not None:
@@ -456,11 +418,10 @@ def _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timi
         "problem": {"n": problem.n, "d": problem.d, "loss": problem.loss.name, "G": G, "M": M, "rho": rho,
                     "n_test": None},
         "privacy": accountant.state(),
-        "usage": {"iterations": out.iterations, "records_used": out.records_used,
-                  "gradient_evaluations": out.gradient_evaluations},
+        "usage": usage(out),
         "run_info": out.info,
         "selection": None,
-        "scaling": scaling_info,
+        "scaling": built.scaling_info,
         "trajectory": tr_summary,
         "metrics": ev,
         "baselines": base,
@@ -468,5 +429,5 @@ def _diagnostics(cfg, problem, w, out, accountant, executor, rows, traffic, timi
         "warnings": warnings,
         "errors": errors,
         "timing": dict(timing, eval_s=time.perf_counter() - t0),
-        "versions": _versions(),
+        "versions": versions(),
     }

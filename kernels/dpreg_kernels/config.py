@@ -232,9 +232,8 @@ PARALLEL_WORK: int = int(os.environ.get("DPREG_PARALLEL_WORK", str(1 << 16)))
 #: numba's on-disk cache runs its serial variant, even where
 #: :func:`want_parallel` says parallel, until those serial calls have taken
 #: this many CPU seconds in the process: compiling a parallel variant costs about
-#: this much CPU (the parallel clipped sum, after the serial one: 3.5 s on the
-#: 2-vCPU machine of docs/benchmarks.md, ``python benchmarks/compile_parts.py
-#: --parallel``), more than a short run's whole kernel time, so it is bought only
+#: this much CPU (the parallel clipped sum, after the serial one: about 3.5 s on
+#: the 2-vCPU machine of docs/benchmarks.md), more than a short run's whole kernel time, so it is bought only
 #: once the work has shown it pays (the ski-rental rule: rent until the rent paid
 #: equals the price).  Serial and parallel variants give bit-identical results,
 #: so the switch never changes a run.  ``DPREG_PARALLEL_AMORTIZE_S=0``: compile it

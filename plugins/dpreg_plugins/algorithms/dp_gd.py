@@ -97,7 +97,7 @@ class DPGD(Algorithm):
                   "T d ln(1/delta) C^2 / (n eps)^2 at T proportional to S = n eps / sqrt(d ln(1/delta)) "
                   "(schedule.privacy_scale); practical default T = min(500, max(ceil(0.6 S), min(50, ceil(2 S)))). The cap 500 "
                   "was chosen on adult's training split (S = 820 at eps = 1: logistic-nonconvex-reg training "
-                  "gap 0.0222 at T = 200, 0.0135 at 500, 0.0140 at 1000; benchmarks/tune_defaults_h_t.py); on "
+                  "gap 0.0222 at T = 200, 0.0135 at 500, 0.0140 at 1000; experiments/tune_defaults_h_t.py); on "
                   "validation splits of the small sets (experiments/targets_models_learn.py --validation, 5 "
                   "seeds, T = 50: 10, eps = 1) T = 500 / 200 / 100 / 50 / 25 gave breast-cancer (S = 18) 0.846 / 0.872 / "
                   "0.835 / 0.894 / 0.883, digits (S = 40) 0.736 / 0.772 / 0.737 / 0.765 / 0.731, synthetic (S "

@@ -60,6 +60,7 @@ import numpy as np
 
 from dpreg import hookimpl
 from dpreg.accounting import composed, gaussian_event, poisson_sampled, sampled_without_replacement, self_composed
+from dpreg.decisions import Decisions
 from dpreg.errors import BudgetExceededError, ParameterError
 from dpreg.interfaces import Algorithm, Participation, RunOutput, charge
 from dpreg.params import ParamSpec
@@ -113,13 +114,16 @@ COMMON = (
               choices=("auto", "exact", "krylov")),
     ParamSpec("preset", "str", "practical", "practical choices or the paper's literal algorithm",
               "'theory': noise=paper (the sigma formulas of Alg 1 l.1-4 / Alg 2 l.3-4), stop=multiplier "
-              "(l.7), hess_sensitivity=paper (2 sqrt(p) C_H/n); alpha, r and T are Thm 15 / Thm 18's "
-              "formulas under both presets. 'theory' overrides those three parameters",
+              "(l.7), hess_sensitivity=paper (2 sqrt(p) C_H/n) and, for DP-STR, sampling=fixed (Alg 2 l.2's "
+              "fixed-size sets; rdp accountant); alpha, r and T are Thm 15 / Thm 18's formulas under both "
+              "presets. 'theory' overrides those parameters",
               choices=("practical", "theory")),
 )
 
-#: what preset=theory sets (the paper's literal choices)
+#: what preset=theory sets (the paper's literal choices); DP-STR adds its fixed-size sets (STR_THEORY)
 THEORY = {"noise": "paper", "stop": "multiplier", "hess_sensitivity": "paper"}
+#: DP-STR's literal sampling: uniform index sets of exactly |S| and |T_H| records (Alg 2 l.2, Lemma 5)
+STR_THEORY = {"sampling": "fixed"}
 
 
 def default_schedule(problem, alpha: float) -> tuple[float, int, float]:
@@ -217,10 +221,13 @@ class _TrustRegion(Algorithm):
         raise NotImplementedError
 
     # -- shared ------------------------------------------------------------------
+    #: the parameters preset=theory fixes (the paper's literal algorithm)
+    theory_values = THEORY
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         if self.p.get("preset") == "theory":
-            self.p.update(THEORY)
+            self.p.update(self.theory_values)
 
     def _resolve(self):
         pb = self.problem
@@ -246,6 +253,28 @@ class _TrustRegion(Algorithm):
                 f"(--param steps), or use noise=calibrated (the default), which fits any budget")
         acc.reserve(plan)
 
+    def decisions_record(self, dec: Decisions, info: dict) -> dict:
+        """The record's ``sosp_decisions`` (dpreg.decisions): the multiplier
+        tests of Alg 1/2 l.7 (each step's subproblem multiplier lam against
+        sqrt(alpha rho); ``certified``: steps that passed, whether or not the
+        run stops there) and the public comparison behind them: the expected
+        operator norm of the symmetric Hessian noise, 2 sqrt(p) sigma_H (the
+        edge of the semicircle law), against the threshold - at or above it the
+        noise alone can pass or fail the curvature test - and the expected norm
+        of the gradient noise, sqrt(p) sigma_g, against r sqrt(alpha rho)."""
+        p = self.problem.d
+        h_noise = 2.0 * math.sqrt(p) * float(info["noise_std_hess"])
+        g_noise = math.sqrt(p) * float(info["noise_std_grad"])
+        thr = float(self.threshold)
+        decides = h_noise >= thr
+        note = (f"the Hessian noise (operator norm about {h_noise:.3g}) is at least the threshold sqrt(alpha rho) "
+                f"= {thr:.3g}: the noise decides the curvature test" if decides else
+                f"the Hessian noise (about {h_noise:.3g}) is below the threshold {thr:.3g}: a negative eigenvalue "
+                f"below -{thr:.3g} fails the test whatever the noise")
+        return {"multiplier_tests": {"total": dec.tests, "certified": dec.certificates, "noise_decides": decides},
+                "threshold": thr, "hessian_noise_norm": h_noise, "gradient_noise_norm": g_noise,
+                "noise_decides": decides, "note": note}
+
     def run(self) -> RunOutput:
         pb = self.problem
         self._resolve()
@@ -266,6 +295,7 @@ class _TrustRegion(Algorithm):
         traj.log(0, w)
         lam = math.nan
         stopped = False
+        dec = Decisions()
         k = 0
         unconverged = 0
         products = 0
@@ -285,6 +315,7 @@ class _TrustRegion(Algorithm):
             traj.log(k, w, noisy_grad_norm=np.linalg.norm(g), multiplier=lam,
                      step_norm=np.linalg.norm(res.h))
             self.progress(k, self.T)
+            dec.multiplier_test(lam <= self.threshold)
             if self.p["stop"] == "multiplier" and lam <= self.threshold:  # l.7: output w_{k+1}
                 stopped = True
                 break
@@ -297,7 +328,7 @@ class _TrustRegion(Algorithm):
                      "trs": "krylov" if krylov else "exact",
                      "trs_unconverged": unconverged if krylov else None,
                      "trs_products": products if krylov else None,
-                     "trajectory": traj})
+                     "sosp_decisions": self.decisions_record(dec, info), "trajectory": traj})
         return RunOutput(w, k, self._records_used(k), self._grad_evals(k), traj.series, info)
 
 
@@ -385,13 +416,16 @@ class DPStochasticTrustRegion(_TrustRegion):
         ParamSpec("sampling", "str", "poisson",
                   "poisson: each record w.p. b/n, add-remove, amplified; fixed: exactly b records "
                   "without replacement, replace-one, SampledWithoutReplacement (rdp accountant)",
-                  "the paper samples fixed-size sets (Alg 2 l.2, Lemma 5)",
+                  "the paper samples fixed-size sets (Alg 2 l.2, Lemma 5): preset=theory sets fixed",
                   choices=("poisson", "fixed")),
     )
 
+    theory_values = {**THEORY, **STR_THEORY}
+
     @classmethod
     def relation_for(cls, params) -> str:
-        return "replace-one" if params.get("sampling") == "fixed" else "add-remove"
+        fixed = params.get("sampling") == "fixed" or params.get("preset") == "theory"
+        return "replace-one" if fixed else "add-remove"
 
     def _event(self, z: float, b: int):
         n = self.problem.n
@@ -408,6 +442,12 @@ class DPStochasticTrustRegion(_TrustRegion):
         if acc.relation != want:
             raise ParameterError(f"sampling={self.p['sampling']} is accounted under {want}; "
                                  f"the accountant is {acc.relation}")
+        if self.fixed and min(int(self.p["batch"]), int(self.p["hess_batch"] or self.p["batch"])) < pb.n \
+                and getattr(acc, "name", "rdp") != "rdp":
+            why = "preset=theory samples Alg 2's fixed-size sets" if self.p.get("preset") == "theory" else \
+                "sampling=fixed"
+            raise ParameterError(f"dp-stochastic-trust-region: {why}, which only the rdp accountant can account "
+                                 f"(sampling without replacement): use --accountant rdp")
         self.b = min(int(self.p["batch"]), pb.n)
         self.bh = min(int(self.p["hess_batch"] or self.b), pb.n)
         f = acc.sensitivity_factor

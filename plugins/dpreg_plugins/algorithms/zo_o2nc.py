@@ -32,9 +32,11 @@ dp-accounting's SingleEpochTreeAggregation; gaussian: one).  The blocks of a
 pass use disjoint records: no composition across k within a pass, and a
 record's exposure is one add per pass, composed over the passes.  z is
 calibrated so the worst-case record's planned exposure spends the budget; ``noise_rule=paper``
-uses Cor 4.4's sigma_t = sqrt(2 ln T) s_max / rho instead, i.e. z = sqrt(2 ln T /
-L) times the calibrated z (the L-fold Gaussian(z) is Gaussian(z/sqrt L) in
-RDP), floored at the calibrated z (Thm 4.3's |OUT| <= 2 ln T fails for T < 7).
+(the default under ``preset=theory``) is Cor 4.4's literal sigma_t = sqrt(2 ln T) s_max / rho
+on every tree node, s_max = max{2dL/B1, 4dL/(B2 T)} the bound of every add's sensitivity and rho
+the paper's privacy parameter for (eps, delta) (see ``ZoO2NC._noise_multiplier``); the
+accountant reports what it spends, and the run refuses where it does not fit (T < 7, where
+Thm 4.3's |OUT| <= 2 ln T fails).
 
 ``preset=theory`` gives Thm 4.9's values: B1 = T + 1, B2 = 1, D = h/T, K = M/(2T) and
 T = max{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(1/2)}
@@ -56,10 +58,11 @@ T = max{(sqrt(d) L h M/(F + L h))^(2/3), (d^(3/2) L h M/((F + L h) rho))^(2/3)}.
 ``preset=practical`` (the default) changes, for each parameter left unset,
 what measurement on adult's training split (eps = 1, logistic; see
 docs/experiment-zeroth-order.md) showed to stop learning; the theory values
-returned the majority class there (test accuracy 0.706 over 3 seeds):
+do not move the model there (seed 0: train loss 0.6929 against 0.6931 at
+w = 0, test accuracy 0.631 below the majority class's 0.764):
 
-* the path: Thm 4.9's T (14454 at eps = 1 on adult) leaves K = M/(2T) = 1
-  block, and a block moves at most T D = h = 0.1 from w = 0, while the
+* the path: Thm 4.9's T (4818 at eps = 1 on adult) leaves K = M/(2T) = 3
+  blocks, and a block moves at most T D = h = 0.1, a path of 0.3 from w = 0, while the
   logistic optimum needs |w| of 5-10 for 0.82 accuracy.  Practical: choose K
   (PRACTICAL_BLOCKS) and T (PRACTICAL_T), then B2 = M/(2 K T), B1 = T B2
   (Thm 4.9's half/half split), D = h/T, and a larger h (PRACTICAL_H: the margin
@@ -100,8 +103,8 @@ from .schedule import practical_passes
 PAPER = "zhang-tran-cutkosky-2024-private-zeroth-order.txt"
 
 #: practical defaults (``preset=practical``), chosen on training data only: adult's
-#: training split, IJCNN1's training file and a public synthetic set (twelfth session,
-#: docs/models-learn.md, "zo-o2nc's constants"; the first choice: docs/experiment-zeroth-order.md)
+#: training split, IJCNN1's training file and a public synthetic set
+#: (``dpreg info zo-o2nc``)
 PRACTICAL_H = 4.0
 PRACTICAL_CLIP = 1.0
 PRACTICAL_BLOCKS = 4
@@ -110,6 +113,8 @@ PRACTICAL_BLOCKS = 4
 PRACTICAL_T = 6
 #: practical passes over the records on dpreg.access.PASSES_MIN_RECORDS records or more (``passes``)
 PASSES = 4
+#: iterates per block kept for the Goldstein-stationarity diagnostic (evenly spaced over the block)
+GOLDSTEIN_POINTS = 16
 #: practical directions per record of GRAD and DIFF (``directions``): min(d, this)
 PRACTICAL_DIRECTIONS = 32
 
@@ -233,16 +238,19 @@ class ZoO2NC(Algorithm):
         ParamSpec("step", "float", None, "fixed OSD step size eta (default: adaptive)",
                   "paper: 'tuned'; default eta_t = D/sqrt(sum_{s<t} |g~_s|^2), D = h/T", low=0,
                   low_open=True),
-        ParamSpec("noise_rule", "str", "calibrated", "noise multiplier rule",
-                  "calibrated: smallest z whose plan spends (eps, delta); paper: Cor 4.4 "
-                  "sigma = sqrt(2 ln T) s_max/rho (tree only)", choices=("calibrated", "paper")),
+        ParamSpec("noise_rule", "str", None, "noise multiplier rule",
+                  "calibrated (practical default): smallest z whose plan spends (eps, delta); paper "
+                  "(preset=theory): Cor 4.4's sigma = sqrt(2 ln T) s_max/rho on every tree node, s_max = "
+                  "max{2dL/B1, 4dL/(B2 T)} (replace-one) and rho the paper's for (eps, delta) (tree only; the "
+                  "naive oracle: App. E's sigma = s/rho); refused where it does not fit (T < 7)",
+                  choices=("calibrated", "paper")),
         ParamSpec("passes", "int", None, "passes over the records: each pass K blocks over a fresh secret "
                   "permutation cut into disjoint batches, the noise calibrated for all passes together",
                   "Alg 3 is single-pass (preset=theory: 1); practical default 4 from 20,000 records on "
                   "(a record is in one add of each pass: one pass's exposure composed passes times). Chosen on "
                   "training data (tune_on_training_data.py zo-o2nc, tuning seeds; K = 4, h = 4, T = 6), passes "
                   "4 / 6: IJCNN1 gap ratio to dp-sgd 1.50 / 1.36, adult train accuracy 0.8341 / 0.8348, "
-                  "synthetic gap ratio 26.1 / 27.8 (the former defaults, h = 8, B2 = 128, 2 passes: 2.97, 0.8317, "
+                  "synthetic gap ratio 26.1 / 27.8 (h = 8, B2 = 128, 2 passes: 2.97, 0.8317, "
                   "58.8); 4 for a third less work; the 20,000-record rule as adaptive-spider's and "
                   "perturbed-sgd's; below 20,000 records ceil(20,000/n) passes, at most 16 (schedule.practical_passes), "
                   "one block each (blocks): validation splits (experiments/targets_models_learn.py --validation, "
@@ -265,7 +273,7 @@ class ZoO2NC(Algorithm):
         what the data holds), T = M/(2 K B2) and B1 = T B2 - Thm 4.9's split (half the
         records in GRADs, B1 = T + 1 at B2 = 1) with K chosen instead of T:
         the run's path is at most K h, and Thm 4.9's T at eps = 1 on adult
-        (14454) leaves K = 1, a path of h = 0.1 from w = 0."""
+        (4818) leaves K = 3, a path of 3 h = 0.3 from w = 0."""
         pb = self.problem
         M, d = pb.n, pb.d
         p = self.p
@@ -315,20 +323,68 @@ class ZoO2NC(Algorithm):
         20,000 records on, up to 16 below)."""
         return practical_passes(self.p["passes"], self.p["preset"], self.problem.n, PASSES)
 
+    def noise_rule(self) -> str:
+        """``calibrated`` or ``paper``: the parameter, else ``paper`` under
+        preset=theory (Cor 4.4's sigma; App. E's for the naive oracle)."""
+        given = self.p["noise_rule"]
+        return given if given is not None else ("paper" if self.p["preset"] == "theory" else "calibrated")
+
+    def paper_sensitivity(self, plan) -> float:
+        """s_max of Cor 4.4: the largest sensitivity any add of a block may have,
+        max{s_1, s_t} with s_1 = f c / B1 (GRAD, Lemma 3.1) and s_t = f c
+        |w_t - w_t-1| / (B2 h) <= 2 f c / (B2 T) (DIFF, Lemma 3.2, Remark 4.1:
+        |w_t - w_t-1| <= 2D = 2h/T), c = min(d L, C) the per-record bound (f = 2,
+        replace-one: 4 d L/(B2 T) as the paper writes it).  The naive oracle's
+        every add: f c / B."""
+        f = float(self.accountant.sensitivity_factor)
+        d = self.problem.d
+        c = d * plan["L"] if plan["record_clip"] is None else min(d * plan["L"], float(plan["record_clip"]))
+        if plan["oracle"] != "vr":
+            return f * c / plan["B1"]
+        return max(f * c / plan["B1"], 2.0 * f * c / (plan["B2"] * plan["T"]))
+
     def _noise_multiplier(self, plan) -> float:
-        """Calibrated z: the worst-case record is in one add of one phase (its
+        """The noise multiplier z of every add.
+
+        ``calibrated``: the worst-case record is in one add of one phase (its
         batch), whose exposure is the mechanism's ``record_event(z, horizon,
-        "disjoint", ...)``; blocks are disjoint, so nothing composes across k."""
+        "disjoint", ...)``; blocks are disjoint, so nothing composes across k
+        within a pass; z is the smallest whose exposure, composed over the
+        passes, fits (eps, delta).
+
+        ``paper`` (Cor 4.4, the literal formula): every tree node gets
+        sigma = sqrt(2 ln T) s_max / rho, rho the paper's privacy parameter for
+        the budget (:func:`paper_rho`) - as node std = z x the node's
+        sensitivity, z = sqrt(2 ln T) / rho with every add declared at s_max
+        (:meth:`paper_sensitivity`, an upper bound of its enforced sensitivity).
+        Naive oracle (App. E): sigma = s / rho, the Gaussian mechanism of
+        (alpha, alpha rho^2/2)-RDP, z = 1 / rho.  The accountant charges what the
+        mechanism releases; where the literal sigma does not fit the budget
+        (Thm 4.3's |OUT(q)| <= 2 ln T fails for T < 7, so its sigma is too small)
+        the run refuses in one line before any release (T = 1: sigma = 0)."""
         T = plan["T"]
         horizon = T if plan["oracle"] == "vr" else 1  # naive: a fresh phase per step (Alg 6)
         passes = self.passes()  # a record is in one add of each pass: one pass's exposure, composed
-        z = self.accountant.calibrate(
-            lambda z: self_composed(self.noise.record_event(z, horizon, "disjoint", horizon), passes))
-        if plan["oracle"] == "vr" and self.p["noise_rule"] == "paper":
-            if self.noise.name != "tree":
-                raise ParameterError("noise_rule=paper is Cor 4.4's tree noise: use --noise tree")
-            if T > 1:
-                z *= max(1.0, math.sqrt(2.0 * math.log(T) / int(T).bit_length()))
+
+        def plan_event(z):
+            return self_composed(self.noise.record_event(z, horizon, "disjoint", horizon), passes)
+
+        if self.noise_rule() == "calibrated":
+            return self.accountant.calibrate(plan_event)
+        if plan["oracle"] == "vr" and self.noise.name != "tree":
+            raise ParameterError("zo-o2nc: noise_rule=paper (preset=theory) is Cor 4.4's tree noise (Alg 5): "
+                                 "use --noise tree")
+        rho = plan["rho"]
+        z = (math.sqrt(2.0 * math.log(T)) if plan["oracle"] == "vr" else 1.0) / rho
+        acc = self.accountant
+        if z <= 0 or not acc.fits(plan_event(z)):
+            eps = acc.epsilon_of_plan(plan_event(z)) if z > 0 else math.inf
+            raise ParameterError(
+                f"zo-o2nc: the paper's noise (noise_rule=paper) sigma = sqrt(2 ln T) s_max/rho at T={T} spends "
+                f"eps={eps:.4g} > budget {acc.epsilon_budget:g} (Thm 4.3 counts 2 ln T = {2 * math.log(T):.3g} tree "
+                f"levels, the tree has {int(T).bit_length()}, over {passes} pass(es)); nothing was released: give a "
+                f"longer block_length, fewer passes or noise_rule=calibrated")
+        acc.reserve(plan_event(z))
         return z
 
     # ------------------------------------------------------------------ run
@@ -339,6 +395,8 @@ class ZoO2NC(Algorithm):
         plan = self.plan()
         T, K, D = plan["T"], plan["K"], plan["D"]
         z = self._noise_multiplier(plan)
+        # the literal rule declares every add at the paper's bound s_max (>= its enforced sensitivity)
+        s_paper = self.paper_sensitivity(plan) if self.noise_rule() == "paper" else None
         factor = float(self.accountant.sensitivity_factor)
         oracle = ZerothOrderOracle(pb, smoothing=plan["h"], lipschitz=plan["L"],
                                    rng=self.rng("zo-o2nc directions"), record_clip=plan["record_clip"],
@@ -356,6 +414,10 @@ class ZoO2NC(Algorithm):
         traj = Trajectory(blocks, checkpoints=blocks)  # every block average w-bar^k is kept
         traj.log(0, x)
         self.block_iterates: list[np.ndarray] = []
+        # the Goldstein diagnostic's iterates: GOLDSTEIN_POINTS evenly spaced steps of every block (public
+        # indices), evaluated on the data only after the run (pipeline diagnostics, non-private)
+        gold_t = set(np.unique(np.linspace(1, T, min(T, GOLDSTEIN_POINTS)).round().astype(int)).tolist())
+        gold: list[np.ndarray] = []
         clipped = 0
         s_max = 0.0
         first = True
@@ -369,6 +431,7 @@ class ZoO2NC(Algorithm):
             wsum = np.zeros(pb.d)
             gsum = np.zeros(pb.d)
             kept = np.empty((T, pb.d)) if self.keep_iterates else None
+            gk = []
             if vr and not first:
                 mech.reset()
             for t in range(1, T + 1):
@@ -390,7 +453,10 @@ class ZoO2NC(Algorithm):
                     idx, part = access.take(plan["B1"])
                     est = oracle.naive(w, idx, part, factor=factor)
                 first = False
-                g = mech.add(est.value, est.sensitivity, part)
+                if s_paper is not None and est.sensitivity > s_paper * (1 + 1e-9):
+                    raise RuntimeError(f"zo-o2nc: an add's sensitivity {est.sensitivity:g} exceeds Cor 4.4's "
+                                       f"bound {s_paper:g} (a bug: Remark 4.1's |w_t - w_t-1| <= 2D)")
+                g = mech.add(est.value, est.sensitivity if s_paper is None else s_paper, part)
                 sumsq += float(g @ g)
                 clipped += est.clipped
                 s_max = max(s_max, est.sensitivity)
@@ -399,24 +465,34 @@ class ZoO2NC(Algorithm):
                 gsum += g
                 if kept is not None:
                     kept[t - 1] = w
+                if t in gold_t:
+                    gk.append(w.copy())
             wbar = wsum / T
             if kept is not None:
                 self.block_iterates.append(kept)
+            gold.append(np.array(gk))
             output.see(k, wbar)
             traj.log(k, wbar, noisy_grad_norm=float(np.linalg.norm(gsum / T)), end_norm=float(np.linalg.norm(x)))
             self.progress(k, blocks)
         traj.finish(blocks, wbar)
         out = output.result(wbar)
         info = {
-            "noise": self.noise.name, "noise_multiplier": z, "noise_rule": self.p["noise_rule"],
-            "oracle": plan["oracle"], "directions": plan["directions"], "block_length": T, "blocks": K, "passes": passes, "passes_made": access.number,
+            "noise": self.noise.name, "noise_multiplier": z, "noise_rule": self.noise_rule(),
+            "paper_sensitivity": s_paper,
+            "oracle": plan["oracle"], "directions": plan["directions"], "block_length": T, "blocks": K,
+            "passes": passes, "passes_made": access.number,
             "batch1": plan["B1"],
             "batch2": plan["B2"], "smoothing": plan["h"], "osd_radius": D, "lipschitz": plan["L"],
             "record_clip": plan["record_clip"], "diff": plan["diff"], "preset": self.p["preset"],
             "output": plan["output"],
-            "paper_rho": plan["rho"], "max_sensitivity": s_max, "noise_std_max_node": z * s_max,
+            "paper_rho": plan["rho"], "max_sensitivity": s_max,
+            "noise_std_max_node": z * (s_max if s_paper is None else s_paper),
             "clipped_terms": clipped, "function_evaluations": oracle.function_evaluations,
             "epsilon_spent": self.accountant.epsilon_spent, "trajectory": traj,
+            # evaluated after the run by the pipeline (metrics.goldstein), then dropped from the record
+            "goldstein": {"iterates": gold, "block": (None if plan["output"] == "average" else
+                                                      int(output.chosen_step(blocks)) - 1),
+                          "radius": plan["h"], "points_per_block": len(gold_t)},
         }
         return RunOutput(out, blocks * T, access.used, 0, traj.series, info)
 

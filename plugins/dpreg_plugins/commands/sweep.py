@@ -177,8 +177,7 @@ def parse_config(cfg: dict, base: Path = Path(".")) -> list[Cell]:
     order (data, loss, algorithm, noise, epsilon, replicate or seed).  Any unknown key,
     unknown name or bad value raises a one-line DpregError naming the key.
     Algorithm parameters are checked by each run (a bad one is an error row)."""
-    from dpreg.pipeline import get_loss
-    from dpreg.registry import get_registry
+    from dpreg.registry import get_loss, get_registry
 
     if not isinstance(cfg, dict):
         _fail("(top)", "must be a table")
@@ -355,10 +354,10 @@ def _check_data(reg, key: str, spec: str, base: Path) -> None:
     first cell loads it), or a file that exists, as a file, in a format dpreg
     reads."""
     from dpreg.data import COMPRESSED, SVM_EXT
-    from dpreg.pipeline import _parse_name_options
+    from dpreg.registry import parse_name_options
 
     try:
-        name, kw = _parse_name_options(spec)
+        name, kw = parse_name_options(spec)
     except DpregError as exc:
         _fail(key, str(exc))
     if name in reg.names("dataset"):

@@ -101,6 +101,18 @@ def phase_d2phi(m, y):
     return 3.0 * m * m - y
 
 
+def mf_phi(m, y):
+    return -0.5 * m * m
+
+
+def mf_dphi(m, y):
+    return -m
+
+
+def mf_d2phi(m, y):
+    return -1.0
+
+
 def ramp_phi(m, y):
     r = 1.0 - y * m
     if r <= 0.0:
@@ -305,6 +317,48 @@ class PhaseRetrieval(LinearModelLoss):
         return 8.0, 12.0, 12.0
 
 
+class MatrixFactorisation(LinearModelLoss):
+    """Rank-one matrix factorisation of the records' second moment: strict saddles at w = 0 and at every eigenvector but the top one.
+
+    f(w; x) = 1/4 |x x^T - w w^T|_F^2 - 1/4 |x|^4 = -1/2 <x, w>^2 + 1/4 |w|^4 (the constant
+    1/4 |x|^4 dropped; the quartic is the data-independent psi).  The empirical loss
+    -1/2 w^T S w + 1/4 |w|^4, S = (1/n) sum x x^T with eigenpairs (lam_i, v_i), has its
+    minima at +-sqrt(lam_1) v_1 (F* = -lam_1^2/4), a strict saddle at w = 0 (lambda_min =
+    -lam_1; every per-record gradient is exactly 0 there) and strict saddles at
+    +-sqrt(lam_i) v_i (lambda_min = lam_i - lam_1 < 0 when lam_i < lam_1): Ge et al.'s
+    strict-saddle landscape (rank-one PCA).  Constants for |x| <= 1 (so lam_1 <= 1) on the
+    feasible ball |w| <= 1, which holds the minima: G = 2 (|<x,w> x| + |w|^3), M = 3 (the
+    Hessian -x x^T + |w|^2 I + 2 w w^T has its eigenvalues in [-1, 3]), rho = 6 (the third
+    derivative along a unit u is 6 <w, u>).  Labels are ignored.
+    """
+
+    name = "matrix-factorisation"
+    labels = "ignored"
+    radius = 1.0
+    classifier = False
+    psi_grad_kernel = "dpreg_kernels.loss_blocks:quartic_psi_grad"
+    phi = staticmethod(mf_phi)
+    dphi = staticmethod(mf_dphi)
+    d2phi = staticmethod(mf_d2phi)
+
+    def constants(self, d):
+        return 2.0, 3.0, 6.0
+
+    def origin_bound(self) -> float:
+        """F(0) - inf F = lam_1^2 / 4 <= 1/4 (|x| <= 1)."""
+        return 0.25
+
+    def psi(self, w):
+        s = float(np.dot(w, w))
+        return 0.25 * s * s
+
+    def psi_grad(self, w):
+        return float(np.dot(w, w)) * w
+
+    def psi_hvp(self, w, v):
+        return float(np.dot(w, w)) * v + 2.0 * float(np.dot(w, v)) * w
+
+
 class Ramp(LinearModelLoss):
     """Ramp loss min(1, max(0, 1 - y <x,w>)); non-smooth, non-convex, bounded. G=1 (M, rho undefined).
 
@@ -329,7 +383,7 @@ class Ramp(LinearModelLoss):
 
 #: the declared (practical) G of the regression losses: the default per-record clip, a
 #: quarter of the target range's half-width.  Chosen on training data (dp-sgd, eps = 1,
-#: seeds 0-2, training R^2; benchmarks/tune_regression.py): diabetes' training split
+#: seeds 0-2, training R^2; experiments/tune_regression.py): diabetes' training split
 #: -4.71 at the worst-case G = 2 (squared), -0.50 at 1, 0.28 at 1/2, 0.46 at 1/4 (the
 #: non-private optimum 0.54); synthetic-regression n = 2,000, d = 10: 0.63, 0.75, 0.77, 0.78
 REGRESSION_CLIP = 0.25
@@ -408,8 +462,8 @@ class Huber(LinearModelLoss):
         return 0.5
 
 
-BUILTIN_LOSSES = (Logistic, Sigmoid, LogisticNonconvexReg, SigmoidL2, LowySynthetic, PhaseRetrieval, Ramp, Squared,
-                  Huber)
+BUILTIN_LOSSES = (Logistic, Sigmoid, LogisticNonconvexReg, SigmoidL2, LowySynthetic, PhaseRetrieval,
+                  MatrixFactorisation, Ramp, Squared, Huber)
 
 
 @hookimpl

@@ -52,7 +52,7 @@ Practical defaults, chosen on training data only - adult's training split for
 the logistic head, the training 75 % of scikit-learn's digits (``--test-fraction
 0.25``, split seed 0) for softmax, the training set of ``synthetic-regression``
 for the regression heads - at eps = 2 with tuning seeds 100-104 (train
-accuracy, or train R^2; ``benchmarks/tune_mlp_defaults.py``; test accuracy of
+accuracy, or train R^2; ``experiments/tune_mlp_defaults.py``; test accuracy of
 the defaults: docs/networks.md):
 
 * small input weights, large output weights: with s = 0.01 every unit starts
