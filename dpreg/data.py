@@ -355,10 +355,6 @@ def _load_npz(path):
         return np.asarray(X, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
 
-#: rows per block in :func:`prepare` (bounds its temporaries to a few MB)
-_PREP_ROWS = 8192
-
-
 def prepare(X, y, *, labels: str, where: str, d: int | None = None,
             copy: bool = True, label_map: LabelMap | None = None,
             min_rows: int = 2, scale_rows: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -372,8 +368,9 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
     ``scale_rows=False`` validates and maps labels only (the pipeline scales
     rows later, after the model's feature map: :mod:`dpreg.preprocess`).
     ``copy=False`` lets it scale a float64 C-contiguous ``X`` in place (the
-    pipeline passes arrays it owns): no (n x d) temporary is ever made, rows
-    are checked and scaled in blocks of ``_PREP_ROWS``.
+    pipeline passes arrays it owns): no (n x d) temporary is ever made; the
+    check and the scaling are one compiled pass over the rows each
+    (:func:`check_finite`, :func:`scale_into_ball`).
     """
     if is_sparse(X):
         return _prepare_csr(X, y, labels=labels, where=where, d=d, copy=copy, label_map=label_map,
@@ -398,27 +395,52 @@ def prepare(X, y, *, labels: str, where: str, d: int | None = None,
             owned = True
         else:
             raise DataError(f"{where}: {X.shape[1]} features, but the training data has {d}")
-    n = X.shape[0]
-    for lo in range(0, n, _PREP_ROWS):
-        bad = ~np.isfinite(X[lo:lo + _PREP_ROWS])
-        if bad.any():
-            r, c = np.argwhere(bad)[0]
-            r += lo
-            raise DataError(f"{where}: non-finite feature value {X[r, c]} at record {r + 1}, column {c + 1}")
+    check_finite(X, where)
     y = _checked_labels(y, labels=labels, where=where, label_map=label_map)
     if not scale_rows:
         return X, np.ascontiguousarray(y)
-    # record-wise scaling into the unit ball; overflow-safe norm; block by block
     in_place = (owned or not copy) and X.flags.c_contiguous and X.flags.writeable
-    out = X if in_place else np.empty(X.shape, dtype=np.float64)
-    for lo in range(0, n, _PREP_ROWS):
-        B = X[lo:lo + _PREP_ROWS]
-        scale = np.max(np.abs(B), axis=1)
-        scale[scale == 0] = 1.0
-        norms = np.linalg.norm(B / scale[:, None], axis=1) * scale
-        shrink = np.maximum(norms, 1.0)
-        np.divide(B, shrink[:, None], out=out[lo:lo + _PREP_ROWS])
-    return out, np.ascontiguousarray(y)
+    return scale_into_ball(X, in_place=in_place), np.ascontiguousarray(y)
+
+
+def _work(X) -> int:
+    return int(X.shape[0]) * int(X.shape[1])
+
+
+def check_finite(X, where: str) -> None:
+    """DataError naming the first NaN or infinite entry of the dense ``X``
+    (record and column, 1-based); one compiled pass over the rows
+    (:data:`dpreg_kernels.rows.first_nonfinite`)."""
+    from dpreg_kernels import rows
+
+    from .problem import _want_parallel
+
+    C = X if (X.dtype == np.float64 and X.flags.c_contiguous) else np.ascontiguousarray(X, dtype=np.float64)
+    k = int(rows.first_nonfinite.pick(_want_parallel(_work(C)))(C))
+    if k >= 0:
+        r, c = divmod(k, C.shape[1])
+        raise DataError(f"{where}: non-finite feature value {C[r, c]} at record {r + 1}, column {c + 1}")
+
+
+def scale_into_ball(X, *, in_place: bool = False, column: float | None = None) -> np.ndarray:
+    """Every row of the dense, finite ``X`` scaled into the unit ball, ``x /
+    max(1, |x|)`` (overflow-safe norm), in one compiled pass
+    (:data:`dpreg_kernels.rows.scale_rows`); with ``column`` the result gets
+    one more column of that value (the intercept feature).  ``in_place``
+    (without ``column``): scale a C-contiguous float64 ``X`` itself.  Each
+    record's scaling depends on that record alone."""
+    from dpreg_kernels import rows
+
+    from .problem import _want_parallel
+
+    C = X if (X.dtype == np.float64 and X.flags.c_contiguous) else np.ascontiguousarray(X, dtype=np.float64)
+    n, p = C.shape
+    if column is None and in_place and C is X and X.flags.writeable:
+        out, copy = X, False
+    else:
+        out, copy = np.empty((n, p + (column is not None)), dtype=np.float64), True
+    rows.scale_rows.pick(_want_parallel(_work(C)))(C, out, float(column) if column is not None else 0.0, copy)
+    return out
 
 
 def _checked_labels(y, *, labels, where, label_map):

@@ -87,7 +87,7 @@ class Preprocessing:
         """The model's view of raw records ``X`` (n x n_features): feature map,
         unit-ball row scaling, intercept column.  Validates shape and finiteness.
         ``in_place`` lets it overwrite a float64 C-contiguous ``X`` it owns."""
-        from .data import is_sparse, prepare
+        from .data import is_sparse, prepare, scale_into_ball
 
         sparse = is_sparse(X)
         if not sparse:
@@ -106,16 +106,14 @@ class Preprocessing:
                 X = sp.hstack([X, sp.csr_matrix(np.full((X.shape[0], 1), self.intercept_scaling))],
                               format="csr")
             return X
+        X, _ = prepare(X, np.zeros(X.shape[0]), labels="ignored", where=where, min_rows=1, scale_rows=False)
         if self.feature_map != "none":
             lo = np.asarray(self.lower)
             hi = np.asarray(self.upper)
             X = np.clip((2.0 * X - lo - hi) / (hi - lo), -1.0, 1.0)
             in_place = True
-        X, _ = prepare(X, np.zeros(X.shape[0]), labels="ignored", where=where, copy=not in_place,
-                       min_rows=1)
-        if self.intercept:
-            X = np.hstack([X, np.full((X.shape[0], 1), self.intercept_scaling)])
-        return np.ascontiguousarray(X)
+        # row scaling and the intercept column in one pass (a new array with the column)
+        return scale_into_ball(X, in_place=in_place, column=self.intercept_scaling if self.intercept else None)
 
     def as_dict(self) -> dict:
         out = asdict(self)

@@ -71,6 +71,23 @@ def row_sqnorms(X):
     return np.array([float(np.dot(x, x)) for x in X])
 
 
+def first_nonfinite(X):
+    """Row-major position of the first NaN or infinite entry, -1 if none."""
+    bad = np.flatnonzero(~np.isfinite(np.asarray(X, dtype=float).ravel()))
+    return int(bad[0]) if bad.size else -1
+
+
+def scale_rows(X, column=None):
+    """Rows scaled into the unit ball, x / max(1, |x|) (the norm of each row
+    divided by its largest magnitude first: no overflow), then a constant
+    column when given."""
+    X = np.asarray(X, dtype=float)
+    m = np.max(np.abs(X), axis=1, keepdims=True)
+    m[m == 0] = 1.0
+    out = X / np.maximum(1.0, np.linalg.norm(X / m, axis=1, keepdims=True) * m)
+    return out if column is None else np.hstack([out, np.full((X.shape[0], 1), float(column))])
+
+
 def phi_sum(loss, X, y, idx, w):
     """Sum over rows idx of phi(<x_i, w>, y_i) (no psi)."""
     return float(sum(type(loss).phi(float(X[i] @ w), float(y[i])) for i in idx))

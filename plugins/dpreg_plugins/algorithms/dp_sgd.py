@@ -18,7 +18,7 @@ from dpreg.accounting import gaussian_event, poisson_sampled, self_composed
 from dpreg.errors import ParameterError
 from dpreg.interfaces import Algorithm, RunOutput
 from dpreg.params import ParamSpec
-from dpreg.problem import project
+from dpreg.problem import project, vector_norm
 from dpreg.trajectory import OutputChoice, Trajectory
 
 from .dp_gd import COMMON, NOISE_MULTIPLIER, plan_noise, resolve_common
@@ -200,13 +200,14 @@ class DPSGD(Algorithm):
                 t += k
                 self.progress(t, T)
         else:
+            batches = access.poisson_stream(q, T)  # drawn in chunks: the law of T poisson() calls
             for t in range(1, T + 1):
-                idx, _ = access.poisson(q)
+                idx, _ = batches.next()
                 s, _ = pb.clipped_grad_sum(w, idx, clip) if len(idx) else (np.zeros(pb.d), 0)
                 g = (s + noise_rng.standard_normal(pb.d) * sd) / b
                 w = project(w - step * g, radius)
                 output.see(t, w)
-                traj.log(t, w, noisy_grad_norm=np.linalg.norm(g), batch=len(idx))
+                traj.log(t, w, noisy_grad_norm=vector_norm(g), batch=len(idx))
                 self.progress(t, T)
         out = output.result(w)
         traj.finish(T, w)
