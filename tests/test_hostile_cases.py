@@ -452,6 +452,6 @@ def test_run_plot_uses_a_log_axis_where_scales_differ_and_names_no_directory(ful
     rec["release"]["config"]["data"] = str(tmp_path / "secret-project" / "patients.csv")  # an absolute path
     (tmp_path / "r.json").write_text(json.dumps(rec))
     titles = []
-    monkeypatch.setattr(P, "_save", lambda fig, plt, out: titles.append(fig.get_suptitle()) or plt.close(fig) or out)
+    monkeypatch.setattr(P, "_save", lambda fig, plt, out: titles.append(" ".join(t.get_text() for t in fig.texts)) or plt.close(fig) or out)
     P.plot_run(str(tmp_path / "r.json"), str(tmp_path / "r.png"))
     assert "patients.csv" in titles[0] and "secret-project" not in titles[0] and str(tmp_path) not in titles[0]

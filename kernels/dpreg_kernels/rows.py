@@ -49,9 +49,13 @@ def _chunks(n):
 
 def _first_nonfinite(X):
     """Row-major position ``i p + j`` of the first entry of ``X`` that is NaN
-    or infinite, -1 when every entry is finite."""
+    or infinite, -1 when every entry is finite.  Read from the bits (an
+    exponent field of all ones), so no floating-point flag of the compiler can
+    fold the test away."""
     n = X.shape[0]
     p = X.shape[1]
+    U = X.view(np.uint64)
+    exp = np.uint64(0x7FF0000000000000)
     nc = _chunks(n)
     step = (n + nc - 1) // nc
     first = np.full(nc, -1, dtype=np.int64)
@@ -59,17 +63,18 @@ def _first_nonfinite(X):
         lo = c * step
         hi = min(n, lo + step)
         for i in range(lo, hi):
-            xi = X[i]
-            z = 0.0
-            for j in range(p):  # x * 0 is 0 for a finite x, NaN for NaN and +-inf
-                z += xi[j] * 0.0
-            if z != 0.0:
+            ui = U[i]
+            mn = exp
+            for j in range(p):  # (u & exp) ^ exp is 0 exactly for NaN and +-inf
+                t = (ui[j] & exp) ^ exp
+                if t < mn:
+                    mn = t
+            if mn == 0:
                 for j in range(p):
-                    if not math.isfinite(xi[j]):
+                    if (ui[j] & exp) == exp:
                         first[c] = i * p + j
                         break
-                if first[c] >= 0:
-                    break
+                break
     for c in range(nc):
         if first[c] >= 0:
             return first[c]
