@@ -87,6 +87,9 @@ def test_hard_case():
     assert model_value(g2, H, res2.h) == pytest.approx(model_value(g, H, res.h), abs=1e-8)
 
 
+@pytest.mark.skipif(tuple(int(v) for v in __import__("scipy").__version__.split(".")[:2]) < (1, 12),
+                    reason="scipy < 1.12: its trust-exact subproblem ignores maxiter and does not return on "
+                           "near-hard cases (measured: no return at scipy 1.11.1)")
 def test_agrees_with_scipy_trust_exact_subproblem():
     """scipy's trust-exact subproblem (Moré-Sorensen with Cholesky) at strict
     tolerances: where it converges, the same step and value; ours is never
